@@ -1,0 +1,6 @@
+//! Moonin: a small Kubernetes operator for cluster discovery, scheduled scaling and warm
+//! sandbox pools, driven entirely by custom resources.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod manager;

@@ -1,0 +1,81 @@
+//! The `moonin` command: `run` the manager, print the `crds`, print the `version`.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Moonin: cluster discovery, scheduled scaling and warm sandbox pools, as custom resources.
+#[derive(Parser, Debug)]
+#[command(name = "moonin", version, about)]
+struct Cli {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Pretty, env = "MOONIN_LOG_FORMAT")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable lines.
+    Pretty,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the manager against the current kubeconfig (or in-cluster config).
+    Run(moonin::manager::RunArgs),
+    /// Print every CRD as YAML, or write one file per CRD into a directory.
+    Crds {
+        /// Write `<plural>.moonin.io.yaml` files here instead of printing.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
+    /// Print the version.
+    Version,
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Pretty => builder.init(),
+    }
+}
+
+fn print_crds(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    for crd in moonin::api::all_crds() {
+        let yaml = moonin::api::crd_yaml(&crd)?;
+        match &out_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)?;
+                let path = dir.join(moonin::api::crd_file_name(&crd));
+                std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+            }
+            None => print!("---\n{yaml}"),
+        }
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => {
+            init_tracing(cli.log_format);
+            moonin::manager::run(args).await
+        }
+        Command::Crds { out_dir } => print_crds(out_dir),
+        Command::Version => {
+            println!("moonin {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+    }
+}

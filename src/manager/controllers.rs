@@ -1,0 +1,69 @@
+//! The registry of controllers `moonin run --controllers` can select, and the context
+//! every controller receives.
+
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+
+use super::{http::Readiness, leader::Leadership, metrics::Metrics};
+
+/// What a controller gets from the manager.
+#[derive(Clone)]
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Whether this process may write; every write checks it.
+    pub leadership: Leadership,
+    /// Shared metrics.
+    pub metrics: Metrics,
+    /// Cancelled on shutdown.
+    pub shutdown: CancellationToken,
+    /// The cluster this manager runs in (`--cluster-name`).
+    pub cluster_name: String,
+    /// The manager's namespace.
+    pub namespace: String,
+}
+
+/// A controller the manager can run.
+pub struct Registered {
+    /// Its name on the command line.
+    pub name: &'static str,
+    /// Runs until `ctx.shutdown` is cancelled. Calls `synced` once its caches are warm.
+    pub run: fn(Context, Readiness) -> futures::future::BoxFuture<'static, anyhow::Result<()>>,
+}
+
+/// Every controller built into this binary. A controller appears here only once it works;
+/// the scaling, sandbox and discovery controllers land with their issues.
+pub fn registry() -> Vec<Registered> {
+    Vec::new()
+}
+
+/// Resolves `--controllers` against the registry: empty means all registered ones.
+pub fn select(requested: &[String]) -> Result<Vec<Registered>, String> {
+    let mut available = registry();
+    if requested.is_empty() {
+        return Ok(available);
+    }
+    let names: Vec<&str> = available.iter().map(|r| r.name).collect();
+    for want in requested {
+        if !names.contains(&want.as_str()) {
+            let list = if names.is_empty() { "none yet".to_string() } else { names.join(", ") };
+            return Err(format!(
+                "unknown controller {want:?}: this build has {list}"
+            ));
+        }
+    }
+    available.retain(|r| requested.iter().any(|w| w == r.name));
+    Ok(available)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_controllers_are_refused_by_name() {
+        let err = select(&["nope".to_string()]).err().unwrap_or_default();
+        assert!(err.contains("\"nope\""), "{err}");
+        assert_eq!(select(&[]).map(|v| v.len()).ok(), Some(registry().len()));
+    }
+}

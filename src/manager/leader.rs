@@ -1,0 +1,94 @@
+//! Leader election on the `moonin-manager` Lease. Only the holder writes.
+
+use kube::Client;
+use kube_lease_manager::LeaseManagerBuilder;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::metrics::Metrics;
+use crate::api::field_manager;
+
+/// The Lease every manager process competes for.
+pub const LEASE_NAME: &str = "moonin-manager";
+/// Seconds a lease stays valid after its last renewal.
+pub const LEASE_DURATION_SECONDS: u64 = 15;
+/// The holder renews this many seconds before expiry.
+pub const LEASE_GRACE_SECONDS: u64 = 5;
+
+/// Whether this process holds the Lease now. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Leadership {
+    rx: watch::Receiver<bool>,
+}
+
+impl Leadership {
+    /// A fixed answer, for code paths (and tests) that do not elect.
+    pub fn fixed(leader: bool) -> Self {
+        let (tx, rx) = watch::channel(leader);
+        // Keep the value forever: the receiver sees the last sent value after the sender drops.
+        drop(tx);
+        Self { rx }
+    }
+
+    /// True while this process holds the Lease. Every write to the cluster checks this first.
+    pub fn is_leader(&self) -> bool {
+        *self.rx.borrow()
+    }
+
+    /// Waits until this process holds the Lease (or the election ends).
+    pub async fn acquired(&mut self) {
+        let _ = self.rx.wait_for(|held| *held).await;
+    }
+}
+
+/// Starts competing for the Lease in `namespace` as `identity`. The returned task releases
+/// the Lease when `shutdown` is cancelled, so a successor takes over at once.
+pub async fn elect(
+    client: Client,
+    namespace: &str,
+    identity: &str,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) -> Result<(Leadership, tokio::task::JoinHandle<()>), kube_lease_manager::LeaseManagerError> {
+    let manager = LeaseManagerBuilder::new(client, LEASE_NAME)
+        .with_namespace(namespace)
+        .with_identity(identity)
+        .with_duration(LEASE_DURATION_SECONDS)
+        .with_grace(LEASE_GRACE_SECONDS)
+        .with_field_manager(field_manager::MANAGER)
+        .build()
+        .await?;
+    let (mut rx, lease_task) = manager.watch().await;
+    let leadership = Leadership { rx: rx.clone() };
+    let identity = identity.to_string();
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        tracing::error!("leader election stopped unexpectedly");
+                        metrics.leader.set(0);
+                        break;
+                    }
+                    let held = *rx.borrow_and_update();
+                    metrics.leader.set(i64::from(held));
+                    if held {
+                        tracing::info!(%identity, lease = LEASE_NAME, "acquired leadership");
+                    } else {
+                        tracing::warn!(%identity, lease = LEASE_NAME, "lost leadership");
+                    }
+                }
+            }
+        }
+        // Dropping the last receiver makes the lease task release the Lease and return.
+        drop(rx);
+        metrics.leader.set(0);
+        match lease_task.await {
+            Ok(Ok(_)) => tracing::info!(lease = LEASE_NAME, "released the Lease"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not release the Lease"),
+            Err(e) => tracing::warn!(error = %e, "lease task failed"),
+        }
+    });
+    Ok((leadership, task))
+}

@@ -42,7 +42,9 @@ enum Command {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Pretty => builder.init(),
@@ -56,7 +58,8 @@ fn print_crds(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
             Some(dir) => {
                 std::fs::create_dir_all(dir)?;
                 let path = dir.join(moonin::api::crd_file_name(&crd));
-                std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+                std::fs::write(&path, yaml)
+                    .with_context(|| format!("writing {}", path.display()))?;
             }
             None => print!("---\n{yaml}"),
         }

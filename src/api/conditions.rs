@@ -51,7 +51,12 @@ impl Desired {
         reason: impl Into<String>,
         message: impl Into<String>,
     ) -> Self {
-        Self { type_, status, reason: reason.into(), message: message.into() }
+        Self {
+            type_,
+            status,
+            reason: reason.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -112,7 +117,9 @@ pub fn equal_ignoring_time(a: &[Condition], b: &[Condition]) -> bool {
 
 /// Whether the condition of this type is `True`.
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
-    conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True")
 }
 
 #[cfg(test)]
@@ -127,11 +134,26 @@ mod tests {
     fn transition_time_moves_only_when_status_flips() {
         let t0 = at("2026-01-01T00:00:00Z");
         let t1 = at("2026-01-01T01:00:00Z");
-        let first = merge(&[], &[Desired::new(types::READY, false, "Waiting", "a")], Some(1), t0);
-        let same = merge(&first, &[Desired::new(types::READY, false, "Waiting", "b")], Some(1), t1);
+        let first = merge(
+            &[],
+            &[Desired::new(types::READY, false, "Waiting", "a")],
+            Some(1),
+            t0,
+        );
+        let same = merge(
+            &first,
+            &[Desired::new(types::READY, false, "Waiting", "b")],
+            Some(1),
+            t1,
+        );
         assert_eq!(same[0].last_transition_time, Time(t0));
         assert_eq!(same[0].message, "b");
-        let flipped = merge(&same, &[Desired::new(types::READY, true, "Ok", "c")], Some(2), t1);
+        let flipped = merge(
+            &same,
+            &[Desired::new(types::READY, true, "Ok", "c")],
+            Some(2),
+            t1,
+        );
         assert_eq!(flipped[0].last_transition_time, Time(t1));
         assert_eq!(flipped[0].observed_generation, Some(2));
     }
@@ -148,7 +170,12 @@ mod tests {
         let mut b = merge(&[], &want, Some(1), t1);
         b.reverse();
         assert!(equal_ignoring_time(&a, &b));
-        let c = merge(&a, &[Desired::new(types::READY, false, "No", "")], Some(1), t0);
+        let c = merge(
+            &a,
+            &[Desired::new(types::READY, false, "No", "")],
+            Some(1),
+            t0,
+        );
         assert!(!equal_ignoring_time(&a, &c));
         assert!(is_true(&a, types::READY));
         assert!(!is_true(&c, types::READY));

@@ -17,13 +17,47 @@ use serde::{Deserialize, Serialize};
     shortname = "cdisc",
     category = "moonin",
     cel,
-    printcolumn(name = "Cluster", type_ = "string", json_path = ".status.cluster.name.value", description = "Cluster name"),
-    printcolumn(name = "Provider", type_ = "string", json_path = ".status.cluster.provider.value", description = "Cloud provider"),
-    printcolumn(name = "Version", type_ = "string", json_path = ".status.cluster.kubernetesVersion.value", description = "Kubernetes version"),
-    printcolumn(name = "Namespaces", type_ = "integer", json_path = ".status.totals.namespaces", description = "Namespaces inventoried"),
-    printcolumn(name = "Signals", type_ = "integer", json_path = ".status.totals.errorSignals", description = "Open error signals"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Ready condition"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".status.cluster.name.value",
+        description = "Cluster name"
+    ),
+    printcolumn(
+        name = "Provider",
+        type_ = "string",
+        json_path = ".status.cluster.provider.value",
+        description = "Cloud provider"
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".status.cluster.kubernetesVersion.value",
+        description = "Kubernetes version"
+    ),
+    printcolumn(
+        name = "Namespaces",
+        type_ = "integer",
+        json_path = ".status.totals.namespaces",
+        description = "Namespaces inventoried"
+    ),
+    printcolumn(
+        name = "Signals",
+        type_ = "integer",
+        json_path = ".status.totals.errorSignals",
+        description = "Open error signals"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Ready condition"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterDiscoverySpec {
@@ -329,11 +363,35 @@ pub struct HelmRelease {
     shortname = "wrev",
     category = "moonin",
     cel,
-    printcolumn(name = "Workload", type_ = "string", json_path = ".spec.workload.name", description = "The workload that changed"),
-    printcolumn(name = "Revision", type_ = "integer", json_path = ".spec.revision", description = "ReplicaSet revision"),
-    printcolumn(name = "Change", type_ = "string", json_path = ".spec.summary", description = "What changed"),
-    printcolumn(name = "By", type_ = "string", json_path = ".spec.changedBy", description = "Field manager that made the change"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Workload",
+        type_ = "string",
+        json_path = ".spec.workload.name",
+        description = "The workload that changed"
+    ),
+    printcolumn(
+        name = "Revision",
+        type_ = "integer",
+        json_path = ".spec.revision",
+        description = "ReplicaSet revision"
+    ),
+    printcolumn(
+        name = "Change",
+        type_ = "string",
+        json_path = ".spec.summary",
+        description = "What changed"
+    ),
+    printcolumn(
+        name = "By",
+        type_ = "string",
+        json_path = ".spec.changedBy",
+        description = "Field manager that made the change"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("self == oldSelf").message("a WorkloadRevision records a past change and is immutable"))]
 #[serde(rename_all = "camelCase")]

@@ -60,14 +60,38 @@ pub fn crd_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_yaml::Er
 pub(crate) mod schema {
     use schemars::{Schema, SchemaGenerator, json_schema};
 
-    /// An embedded Pod template. Its full OpenAPI schema is several hundred KiB; the API
-    /// server validates the Pod itself when a sandbox is created, so the CRD keeps the
-    /// template opaque and documents it instead.
+    /// An embedded Pod template. The full Pod schema is several hundred KiB, so the CRD
+    /// declares only what Moonin relies on and keeps the rest opaque; the API server
+    /// validates the whole Pod when a sandbox is created from it.
     pub fn pod_template(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
             "type": "object",
-            "description": "A Pod template (metadata and spec), exactly as in a Deployment's spec.template. Validated by the API server when sandbox Pods are created.",
-            "x-kubernetes-preserve-unknown-fields": true,
+            "description": "A Pod template (metadata and spec), exactly as in a Deployment's spec.template. The API server validates it in full when sandbox Pods are created.",
+            "required": ["spec"],
+            "properties": {
+                "metadata": {
+                    "type": "object",
+                    "description": "Labels and annotations every sandbox Pod gets.",
+                    "x-kubernetes-preserve-unknown-fields": true
+                },
+                "spec": {
+                    "type": "object",
+                    "description": "The Pod spec of every sandbox (containers, volumes, resources, ...).",
+                    "x-kubernetes-preserve-unknown-fields": true,
+                    "required": ["containers"],
+                    "properties": {
+                        "containers": {
+                            "type": "array",
+                            "description": "The sandbox's containers, as in a Pod spec.",
+                            "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                        }
+                    }
+                }
+            },
+            "x-kubernetes-validations": [{
+                "rule": "self.spec.containers.size() > 0",
+                "message": "the Pod template needs at least one container in spec.containers"
+            }]
         })
     }
 
@@ -76,7 +100,10 @@ pub(crate) mod schema {
         let mut schema = generator
             .subschema_for::<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>();
         schema.insert("x-kubernetes-list-type".into(), "map".into());
-        schema.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["type"]));
+        schema.insert(
+            "x-kubernetes-list-map-keys".into(),
+            serde_json::json!(["type"]),
+        );
         schema.insert(
             "description".into(),
             "Standard conditions (Ready, Reconciling, Stalled and kind-specific ones), one per type."
@@ -126,10 +153,30 @@ mod tests {
                 Some(&[CATEGORY.to_string()][..]),
                 "{name}"
             );
-            assert!(!crd.spec.names.short_names.clone().unwrap_or_default().is_empty(), "{name}");
+            assert!(
+                !crd.spec
+                    .names
+                    .short_names
+                    .clone()
+                    .unwrap_or_default()
+                    .is_empty(),
+                "{name}"
+            );
             let v = &crd.spec.versions[0];
-            assert!(v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(), "{name}");
-            assert!(!v.additional_printer_columns.clone().unwrap_or_default().is_empty(), "{name}");
+            assert!(
+                v.subresources
+                    .as_ref()
+                    .and_then(|s| s.status.as_ref())
+                    .is_some(),
+                "{name}"
+            );
+            assert!(
+                !v.additional_printer_columns
+                    .clone()
+                    .unwrap_or_default()
+                    .is_empty(),
+                "{name}"
+            );
         }
     }
 

@@ -22,10 +22,29 @@ const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     shortname = "senv",
     category = "moonin",
     cel,
-    printcolumn(name = "Local Pools", type_ = "integer", json_path = ".status.localMembers", description = "Members materialised in this cluster"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Ready condition"),
-    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", description = "Why"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Local Pools",
+        type_ = "integer",
+        json_path = ".status.localMembers",
+        description = "Members materialised in this cluster"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Ready condition"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        description = "Why"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("!has(self.autoscaling) || self.clusters.all(c, c.members.all(m, !has(m.config) || !has(m.config.scalingGroup) || self.autoscaling.groups.exists(g, g.name == m.config.scalingGroup)))").message("every member's config.scalingGroup must name a group in spec.autoscaling.groups"))]
 #[serde(rename_all = "camelCase")]
@@ -85,7 +104,9 @@ pub struct MemberSpec {
 }
 
 /// What happens to a sandbox Pod when its claim ends.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
 pub enum RecyclePolicy {
     /// Delete the Pod; the pool replaces it with a fresh one, so nothing leaks between users.
     #[default]
@@ -291,12 +312,42 @@ pub struct MemberStatus {
     category = "moonin",
     cel,
     scale = r#"{"specReplicasPath":".spec.replicas","statusReplicasPath":".status.replicas"}"#,
-    printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas", description = "Sandbox Pods wanted"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas", description = "Ready sandbox Pods"),
-    printcolumn(name = "Idle", type_ = "integer", json_path = ".status.idleReplicas", description = "Ready Pods free to claim"),
-    printcolumn(name = "Claimed", type_ = "integer", json_path = ".status.claimedReplicas", description = "Pods bound to a claim"),
-    printcolumn(name = "Autoscaler", type_ = "integer", json_path = ".status.autoScaling.desiredReplicas", description = "The autoscaler's decision", priority = 1),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Desired",
+        type_ = "integer",
+        json_path = ".spec.replicas",
+        description = "Sandbox Pods wanted"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "integer",
+        json_path = ".status.readyReplicas",
+        description = "Ready sandbox Pods"
+    ),
+    printcolumn(
+        name = "Idle",
+        type_ = "integer",
+        json_path = ".status.idleReplicas",
+        description = "Ready Pods free to claim"
+    ),
+    printcolumn(
+        name = "Claimed",
+        type_ = "integer",
+        json_path = ".status.claimedReplicas",
+        description = "Pods bound to a claim"
+    ),
+    printcolumn(
+        name = "Autoscaler",
+        type_ = "integer",
+        json_path = ".status.autoScaling.desiredReplicas",
+        description = "The autoscaler's decision",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxPoolSpec {
@@ -421,11 +472,35 @@ pub struct ScaleDownSession {
     shortname = "sclaim",
     category = "moonin",
     cel,
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Pending, Bound, Released or Failed"),
-    printcolumn(name = "Pod", type_ = "string", json_path = ".status.podName", description = "The bound sandbox Pod"),
-    printcolumn(name = "IP", type_ = "string", json_path = ".status.podIP", description = "The sandbox's IP"),
-    printcolumn(name = "Wait ms", type_ = "integer", json_path = ".status.waitMilliseconds", description = "Creation to Bound"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Pending, Bound, Released or Failed"
+    ),
+    printcolumn(
+        name = "Pod",
+        type_ = "string",
+        json_path = ".status.podName",
+        description = "The bound sandbox Pod"
+    ),
+    printcolumn(
+        name = "IP",
+        type_ = "string",
+        json_path = ".status.podIP",
+        description = "The sandbox's IP"
+    ),
+    printcolumn(
+        name = "Wait ms",
+        type_ = "integer",
+        json_path = ".status.waitMilliseconds",
+        description = "Creation to Bound"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(
     validation = Rule::new("has(self.poolRef) != has(self.envRef)").message("exactly one of poolRef or envRef must be set"),

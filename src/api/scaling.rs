@@ -110,13 +110,47 @@ pub struct TargetRef {
     shortname = "stpl",
     category = "moonin",
     cel,
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "What the template is doing now"),
-    printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule", description = "Cron schedule"),
-    printcolumn(name = "Time Zone", type_ = "string", json_path = ".spec.timeZone", description = "Time zone of the schedule"),
-    printcolumn(name = "Window End", type_ = "date", json_path = ".status.window.end", description = "When the open window closes"),
-    printcolumn(name = "Next", type_ = "date", json_path = ".status.nextWindows[0].start", description = "When the next window opens"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Ready condition"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "What the template is doing now"
+    ),
+    printcolumn(
+        name = "Schedule",
+        type_ = "string",
+        json_path = ".spec.schedule",
+        description = "Cron schedule"
+    ),
+    printcolumn(
+        name = "Time Zone",
+        type_ = "string",
+        json_path = ".spec.timeZone",
+        description = "Time zone of the schedule"
+    ),
+    printcolumn(
+        name = "Window End",
+        type_ = "date",
+        json_path = ".status.window.end",
+        description = "When the open window closes"
+    ),
+    printcolumn(
+        name = "Next",
+        type_ = "date",
+        json_path = ".status.nextWindows[0].start",
+        description = "When the next window opens"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Ready condition"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ScalingTemplateSpec {
@@ -144,13 +178,47 @@ pub struct ScalingTemplateSpec {
     shortname = "cstpl",
     category = "moonin",
     cel,
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "What the template is doing now"),
-    printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule", description = "Cron schedule"),
-    printcolumn(name = "Time Zone", type_ = "string", json_path = ".spec.timeZone", description = "Time zone of the schedule"),
-    printcolumn(name = "Window End", type_ = "date", json_path = ".status.window.end", description = "When the open window closes"),
-    printcolumn(name = "Next", type_ = "date", json_path = ".status.nextWindows[0].start", description = "When the next window opens"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Ready condition"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "What the template is doing now"
+    ),
+    printcolumn(
+        name = "Schedule",
+        type_ = "string",
+        json_path = ".spec.schedule",
+        description = "Cron schedule"
+    ),
+    printcolumn(
+        name = "Time Zone",
+        type_ = "string",
+        json_path = ".spec.timeZone",
+        description = "Time zone of the schedule"
+    ),
+    printcolumn(
+        name = "Window End",
+        type_ = "date",
+        json_path = ".status.window.end",
+        description = "When the open window closes"
+    ),
+    printcolumn(
+        name = "Next",
+        type_ = "date",
+        json_path = ".status.nextWindows[0].start",
+        description = "When the next window opens"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Ready condition"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterScalingTemplateSpec {

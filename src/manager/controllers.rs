@@ -46,7 +46,11 @@ pub fn select(requested: &[String]) -> Result<Vec<Registered>, String> {
     let names: Vec<&str> = available.iter().map(|r| r.name).collect();
     for want in requested {
         if !names.contains(&want.as_str()) {
-            let list = if names.is_empty() { "none yet".to_string() } else { names.join(", ") };
+            let list = if names.is_empty() {
+                "none yet".to_string()
+            } else {
+                names.join(", ")
+            };
             return Err(format!(
                 "unknown controller {want:?}: this build has {list}"
             ));

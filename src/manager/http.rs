@@ -8,7 +8,9 @@ use std::{
     },
 };
 
-use axum::{Router, extract::State, http::StatusCode, http::header, response::IntoResponse, routing::get};
+use axum::{
+    Router, extract::State, http::StatusCode, http::header, response::IntoResponse, routing::get,
+};
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::Metrics;
@@ -25,7 +27,9 @@ impl Readiness {
     }
     /// One part has synced. Call once per part.
     pub fn report_synced(&self) {
-        let _ = self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
     }
     /// Whether every part has synced.
     pub fn is_ready(&self) -> bool {
@@ -72,7 +76,10 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 
 async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         state.metrics.render(),
     )
 }

@@ -70,7 +70,9 @@ impl Metrics {
         );
         let reconcile_duration =
             Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
-                Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])
+                Histogram::new([
+                    0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ])
             });
         registry.register(
             "reconcile_duration_seconds",
@@ -78,14 +80,28 @@ impl Metrics {
             reconcile_duration.clone(),
         );
         let leader = Gauge::default();
-        registry.register("leader", "1 while this process holds the leader Lease", leader.clone());
+        registry.register(
+            "leader",
+            "1 while this process holds the leader Lease",
+            leader.clone(),
+        );
         let ready = Gauge::default();
-        registry.register("ready", "1 once the manager's caches have synced", ready.clone());
+        registry.register(
+            "ready",
+            "1 once the manager's caches have synced",
+            ready.clone(),
+        );
         let build = Family::<BuildLabels, Gauge>::default();
         build
-            .get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION").to_string() })
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            })
             .set(1);
-        registry.register("build_info", "Build information; the value is always 1", build);
+        registry.register(
+            "build_info",
+            "Build information; the value is always 1",
+            build,
+        );
         Self {
             registry: Arc::new(registry),
             reconciliations,
@@ -113,10 +129,14 @@ mod tests {
     fn renders_every_family_with_the_moonin_prefix() {
         let m = Metrics::new();
         m.reconciliations
-            .get_or_create(&ControllerLabels { controller: "scaling".into() })
+            .get_or_create(&ControllerLabels {
+                controller: "scaling".into(),
+            })
             .inc();
         m.reconcile_duration
-            .get_or_create(&ControllerLabels { controller: "scaling".into() })
+            .get_or_create(&ControllerLabels {
+                controller: "scaling".into(),
+            })
             .observe(0.02);
         m.leader.set(1);
         let text = m.render();

@@ -60,7 +60,11 @@ fn default_identity() -> String {
         .or_else(|_| std::env::var("HOSTNAME"))
         .ok()
         .filter(|h| !h.is_empty())
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
         .unwrap_or_else(|| "moonin".to_string());
     // RandomState is seeded randomly per process: a cheap, dependency-free unique suffix.
     let suffix = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
@@ -77,10 +81,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // One part for the manager itself (API reachable, election started) plus one per controller.
     let readiness = Readiness::new(1 + selected.len());
 
-    let (addr, http_task) =
-        http::serve(args.http_addr, metrics.clone(), readiness.clone(), shutdown.clone())
-            .await
-            .with_context(|| format!("binding --http-addr {}", args.http_addr))?;
+    let (addr, http_task) = http::serve(
+        args.http_addr,
+        metrics.clone(),
+        readiness.clone(),
+        shutdown.clone(),
+    )
+    .await
+    .with_context(|| format!("binding --http-addr {}", args.http_addr))?;
     tracing::info!(%addr, "serving /healthz /readyz /metrics");
 
     let client = kube::Client::try_default()
@@ -98,12 +106,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         "connected"
     );
 
-    let (leadership, election) =
-        leader::elect(client.clone(), &namespace, &identity, metrics.clone(), shutdown.clone())
-            .await
-            .with_context(|| {
-                format!("starting leader election on Lease {namespace}/{}", leader::LEASE_NAME)
-            })?;
+    let (leadership, election) = leader::elect(
+        client.clone(),
+        &namespace,
+        &identity,
+        metrics.clone(),
+        shutdown.clone(),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "starting leader election on Lease {namespace}/{}",
+            leader::LEASE_NAME
+        )
+    })?;
     readiness.report_synced();
 
     let ctx = Context {

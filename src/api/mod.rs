@@ -3,8 +3,13 @@
 //! controllers. Each name is defined once, here, and used everywhere else.
 
 pub mod conditions;
+// `#[kube(printcolumn(...))]` repeats `type_ = "string"` across columns, which clippy
+// mistakes for duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 pub mod discovery;
+#[allow(clippy::duplicated_attributes)]
 pub mod sandbox;
+#[allow(clippy::duplicated_attributes)]
 pub mod scaling;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

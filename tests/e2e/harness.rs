@@ -1,0 +1,412 @@
+//! Helpers for end-to-end tests: the cluster, per-test namespaces, applying objects,
+//! waiting with deadlines, and running the real `moonin` binary.
+
+use std::{
+    hash::BuildHasher,
+    io::{Read, Write},
+    net::{SocketAddr, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams},
+    core::GroupVersionKind,
+};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Field manager of objects the tests apply.
+pub const TEST_MANAGER: &str = "moonin-e2e";
+
+/// A random lowercase hex suffix.
+pub fn random_suffix() -> String {
+    let n = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
+    format!("{:06x}", n & 0xff_ffff)
+}
+
+/// A client for the cluster, or `None` (after saying why) when none is reachable.
+pub async fn cluster() -> Option<Client> {
+    let required = std::env::var("MOONIN_E2E").is_ok_and(|v| v == "required");
+    let reachable = async {
+        let client = Client::try_default().await.ok()?;
+        tokio::time::timeout(Duration::from_secs(5), client.apiserver_version())
+            .await
+            .ok()?
+            .ok()?;
+        Some(client)
+    }
+    .await;
+    if reachable.is_none() {
+        assert!(
+            !required,
+            "MOONIN_E2E=required but no cluster is reachable (run e2e/cluster up)"
+        );
+        eprintln!(
+            "skipping: no Kubernetes control plane reachable; run `e2e/cluster up` and `eval \"$(e2e/cluster env)\"`"
+        );
+    }
+    reachable
+}
+
+/// Gets a cluster client or returns from the test after printing why it is skipped.
+#[macro_export]
+macro_rules! require_cluster {
+    () => {
+        match $crate::harness::cluster().await {
+            Some(client) => client,
+            None => return,
+        }
+    };
+}
+
+/// Polls `probe` every 100 ms until it returns `Some`, or panics after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A namespace for one test, deleted when dropped. If the test failed, the namespace's
+/// objects and Events are printed first.
+pub struct TestNamespace {
+    /// The namespace's name.
+    pub name: String,
+    /// Cluster-scoped objects the test created (`kind/name`), deleted with the namespace.
+    pub cluster_objects: Vec<String>,
+}
+
+impl TestNamespace {
+    /// Creates `e2e-<prefix>-<random>`.
+    pub async fn new(client: &Client, prefix: &str) -> Self {
+        let name = format!("e2e-{prefix}-{}", random_suffix());
+        let ns: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"moonin.io/e2e": "true"}}
+        }))
+        .expect("namespace");
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create test namespace");
+        Self {
+            name,
+            cluster_objects: Vec::new(),
+        }
+    }
+
+    /// Grants the ServiceAccount `moonin` of this namespace the manager's RBAC from
+    /// `config/rbac` (its ClusterRoles, bound here and cluster-wide as the kustomization
+    /// does for `moonin-system`) and returns the user name to impersonate.
+    pub fn grant_manager_rbac(&mut self) -> String {
+        let dir = crate::common::root().join("config/rbac");
+        let mut docs = String::new();
+        for entry in std::fs::read_dir(&dir).expect("config/rbac") {
+            let path = entry.expect("entry").path();
+            if path.file_name().is_some_and(|n| n == "kustomization.yaml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("rbac file");
+            for doc in serde_yaml::Deserializer::from_str(&text) {
+                let mut v = Value::deserialize(doc).expect("rbac yaml");
+                match v["kind"].as_str() {
+                    Some("ClusterRole") => {}
+                    Some("ServiceAccount") | Some("RoleBinding") => {
+                        v["metadata"]["namespace"] = self.name.clone().into();
+                    }
+                    Some("ClusterRoleBinding") => {
+                        let name = format!(
+                            "{}-{}",
+                            self.name,
+                            v["metadata"]["name"].as_str().unwrap_or("")
+                        );
+                        self.cluster_objects
+                            .push(format!("clusterrolebinding/{name}"));
+                        v["metadata"]["name"] = name.into();
+                    }
+                    _ => continue,
+                }
+                if let Some(subjects) = v.get_mut("subjects").and_then(|s| s.as_array_mut()) {
+                    for s in subjects {
+                        s["namespace"] = self.name.clone().into();
+                    }
+                }
+                docs.push_str("---\n");
+                docs.push_str(&serde_yaml::to_string(&v).expect("yaml"));
+            }
+        }
+        let file = std::env::temp_dir().join(format!("moonin-e2e-rbac-{}.yaml", self.name));
+        std::fs::write(&file, docs).expect("write rbac");
+        kubectl_apply(&file, None);
+        format!("system:serviceaccount:{}:moonin", self.name)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for what in ["all,leases", "moonin", "events"] {
+                if let Ok(out) = Command::new("kubectl")
+                    .args(["get", what, "-o", "wide", "-n", &self.name])
+                    .output()
+                {
+                    eprintln!(
+                        "--- kubectl get {what} -n {}\n{}{}",
+                        self.name,
+                        String::from_utf8_lossy(&out.stdout),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+            }
+        }
+        for obj in &self.cluster_objects {
+            let _ = Command::new("kubectl")
+                .args(["delete", obj, "--wait=false", "--ignore-not-found"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = Command::new("kubectl")
+            .args([
+                "delete",
+                "namespace",
+                &self.name,
+                "--wait=false",
+                "--ignore-not-found",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Installs every Moonin CRD (server-side apply) and waits until each is Established.
+pub async fn install_crds(client: &Client) -> Vec<CustomResourceDefinition> {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let params = PatchParams::apply(TEST_MANAGER).force();
+    let mut installed = Vec::new();
+    for crd in moonin::api::all_crds() {
+        let name = crd.name_any();
+        api.patch(&name, &params, &Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
+        let established = wait_for(
+            &format!("CRD {name} Established"),
+            Duration::from_secs(30),
+            || {
+                let api = api.clone();
+                let name = name.clone();
+                async move {
+                    let crd = api.get(&name).await.ok()?;
+                    let conds = crd.status.as_ref()?.conditions.clone().unwrap_or_default();
+                    conds
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                        .then_some(crd)
+                }
+            },
+        )
+        .await;
+        installed.push(established);
+    }
+    installed
+}
+
+/// The dynamic API of a Moonin kind, in `namespace` when the kind is namespaced.
+pub fn moonin_api(client: &Client, kind: &str, namespace: &str) -> Api<DynamicObject> {
+    let crd = moonin::api::all_crds()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .unwrap_or_else(|| panic!("unknown Moonin kind {kind}"));
+    let gvk = GroupVersionKind::gvk(moonin::api::GROUP, moonin::api::VERSION, kind);
+    let resource = ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
+    if crd.spec.scope == "Namespaced" {
+        Api::namespaced_with(client.clone(), namespace, &resource)
+    } else {
+        Api::all_with(client.clone(), &resource)
+    }
+}
+
+/// Applies a Moonin object given as JSON (server-side apply) and returns what was stored.
+pub async fn apply_moonin(
+    client: &Client,
+    namespace: &str,
+    obj: &Value,
+) -> Result<DynamicObject, kube::Error> {
+    let kind = obj["kind"].as_str().expect("object has a kind");
+    let name = obj["metadata"]["name"].as_str().expect("object has a name");
+    let dynamic: DynamicObject = serde_json::from_value(obj.clone()).expect("object");
+    moonin_api(client, kind, namespace)
+        .patch(
+            name,
+            &PatchParams::apply(TEST_MANAGER).force(),
+            &Patch::Apply(&dynamic),
+        )
+        .await
+}
+
+/// Applies every object of a multi-document YAML file with `kubectl apply --server-side`.
+pub fn kubectl_apply(path: &Path, namespace: Option<&str>) {
+    let mut cmd = Command::new("kubectl");
+    cmd.args([
+        "apply",
+        "--server-side",
+        "--field-manager",
+        TEST_MANAGER,
+        "-f",
+    ])
+    .arg(path);
+    if let Some(ns) = namespace {
+        cmd.args(["-n", ns]);
+    }
+    let out = cmd.output().expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl apply -f {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A `moonin run` process, killed when dropped; its log is printed if the test failed.
+pub struct Manager {
+    child: Child,
+    /// Its log file (JSON lines).
+    pub log: PathBuf,
+    /// Its /healthz /readyz /metrics address.
+    pub addr: SocketAddr,
+    /// Its leader-election identity.
+    pub identity: String,
+}
+
+/// Writes a copy of the current kubeconfig that impersonates `user`: the manager then runs
+/// with exactly the RBAC granted to that user.
+pub fn impersonating_kubeconfig(user: &str) -> PathBuf {
+    let source = std::env::var("KUBECONFIG").expect("KUBECONFIG is set by e2e/cluster env");
+    let source = source.split(':').next().unwrap_or_default().to_string();
+    let mut config: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&source).expect("kubeconfig readable"))
+            .expect("kubeconfig parses");
+    if let Some(users) = config.get_mut("users").and_then(|u| u.as_sequence_mut()) {
+        for u in users {
+            if let Some(map) = u.get_mut("user").and_then(|v| v.as_mapping_mut()) {
+                map.insert("as".into(), user.into());
+            }
+        }
+    }
+    let path = std::env::temp_dir().join(format!("moonin-e2e-kubeconfig-{}", random_suffix()));
+    std::fs::write(&path, serde_yaml::to_string(&config).expect("yaml")).expect("write kubeconfig");
+    path
+}
+
+impl Manager {
+    /// Starts the built binary with `args` after `run`, on a free port, with JSON logs.
+    pub async fn start(kubeconfig: &Path, identity: &str, args: &[&str]) -> Self {
+        let log = std::env::temp_dir().join(format!("moonin-e2e-{identity}.log"));
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_moonin"))
+            .args([
+                "--log-format",
+                "json",
+                "run",
+                "--http-addr",
+                "127.0.0.1:0",
+                "--identity",
+                identity,
+            ])
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,kube_lease_manager=debug")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("moonin starts");
+        let log_path = log.clone();
+        let addr = wait_for(
+            "the manager to log its address",
+            Duration::from_secs(30),
+            || {
+                let log_path = log_path.clone();
+                async move {
+                    let text = std::fs::read_to_string(&log_path).ok()?;
+                    text.lines().find_map(|line| {
+                        let v: Value = serde_json::from_str(line).ok()?;
+                        v["fields"]["addr"].as_str()?.parse().ok()
+                    })
+                }
+            },
+        )
+        .await;
+        Self {
+            child,
+            log,
+            addr,
+            identity: identity.to_string(),
+        }
+    }
+
+    /// GET a path on the manager's HTTP endpoint: (status code, body).
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        let mut stream = TcpStream::connect_timeout(&self.addr, Duration::from_secs(2)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr).ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let status = response.split_whitespace().nth(1)?.parse().ok()?;
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Some((status, body))
+    }
+
+    /// SIGKILL: no chance to release anything.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits up to `timeout` for a clean exit; returns whether it exited 0.
+    pub async fn terminate(&mut self, timeout: Duration) -> bool {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// The process's log.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- manager {} log\n{}", self.identity, self.log_text());
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

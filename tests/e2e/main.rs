@@ -1,0 +1,9 @@
+//! End-to-end tests against a real Kubernetes control plane (`e2e/cluster up`).
+//!
+//! Without a reachable cluster every test skips with a message, unless `MOONIN_E2E=required`
+//! (set by `e2e/test`, the README's test command), where a missing cluster fails instead.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod foundation;
+mod harness;

@@ -42,8 +42,6 @@ pub struct Metrics {
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
     /// `moonin_leader`: 1 while this process holds the leader Lease.
     pub leader: Gauge,
-    /// `moonin_ready`: 1 once every running controller's caches have synced.
-    pub ready: Gauge,
 }
 
 impl Default for Metrics {
@@ -85,12 +83,6 @@ impl Metrics {
             "1 while this process holds the leader Lease",
             leader.clone(),
         );
-        let ready = Gauge::default();
-        registry.register(
-            "ready",
-            "1 once the manager's caches have synced",
-            ready.clone(),
-        );
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -108,7 +100,6 @@ impl Metrics {
             reconcile_errors,
             reconcile_duration,
             leader,
-            ready,
         }
     }
 

@@ -161,6 +161,7 @@ pub struct ScalingTemplateSpec {
     #[schemars(length(min = 1, max = 100))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     #[x_kube(
+        validation = Rule::new("self.size() > 0").message("a template needs at least one action"),
         validation = Rule::new("self.all(a, self.exists_one(b, b.name == a.name))").message("action names must be unique"),
         validation = Rule::new("self.all(a, !has(a.target.__namespace__))").message("a ScalingTemplate scales workloads in its own namespace: remove target.namespace, or use a ClusterScalingTemplate"),
     )]
@@ -229,6 +230,7 @@ pub struct ClusterScalingTemplateSpec {
     #[schemars(length(min = 1, max = 100))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     #[x_kube(
+        validation = Rule::new("self.size() > 0").message("a template needs at least one action"),
         validation = Rule::new("self.all(a, self.exists_one(b, b.name == a.name))").message("action names must be unique"),
         validation = Rule::new("self.all(a, has(a.target.__namespace__))").message("each action of a ClusterScalingTemplate names its target's namespace"),
     )]

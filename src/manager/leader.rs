@@ -22,22 +22,9 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    /// A fixed answer, for code paths (and tests) that do not elect.
-    pub fn fixed(leader: bool) -> Self {
-        let (tx, rx) = watch::channel(leader);
-        // Keep the value forever: the receiver sees the last sent value after the sender drops.
-        drop(tx);
-        Self { rx }
-    }
-
     /// True while this process holds the Lease. Every write to the cluster checks this first.
     pub fn is_leader(&self) -> bool {
         *self.rx.borrow()
-    }
-
-    /// Waits until this process holds the Lease (or the election ends).
-    pub async fn acquired(&mut self) {
-        let _ = self.rx.wait_for(|held| *held).await;
     }
 }
 

@@ -1,4 +1,5 @@
-//! The `moonin` command: `run` the manager, print the `crds`, print the `version`.
+//! The `moonin` command: `run` the manager, print a template's `schedule`, print the
+//! `crds`, print the `version`.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -29,6 +30,9 @@ enum LogFormat {
 enum Command {
     /// Run the manager against the current kubeconfig (or in-cluster config).
     Run(moonin::manager::RunArgs),
+    /// Print the next windows of a ScalingTemplate or ClusterScalingTemplate, from a file
+    /// or the cluster, in its time zone and in UTC, and whether it is active.
+    Schedule(moonin::scaling::schedule::ScheduleArgs),
     /// Print every CRD as YAML, or write one file per CRD into a directory.
     Crds {
         /// Write `<plural>.moonin.io.yaml` files here instead of printing.
@@ -75,6 +79,7 @@ async fn main() -> anyhow::Result<()> {
             init_tracing(cli.log_format);
             moonin::manager::run(args).await
         }
+        Command::Schedule(args) => moonin::scaling::schedule::run(args).await,
         Command::Crds { out_dir } => print_crds(out_dir),
         Command::Version => {
             println!("moonin {}", env!("CARGO_PKG_VERSION"));

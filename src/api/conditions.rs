@@ -25,6 +25,13 @@ pub mod reasons {
     pub const INVALID_SPEC: &str = "InvalidSpec";
 }
 
+/// Whether the condition of this type currently has this reason.
+pub fn has_reason(conditions: &[Condition], type_: &str, reason: &str) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.reason == reason)
+}
+
 /// `"True"` / `"False"` as Kubernetes spells them.
 pub fn status_str(value: bool) -> &'static str {
     if value { "True" } else { "False" }

@@ -309,6 +309,10 @@ pub struct ActionStatus {
     /// Why the action is in this state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// How often, in the open window, the override was re-applied after another field
+    /// manager undid it. Re-applying stops at a small bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reapplies: Option<i32>,
 }
 
 /// A window that ran.
@@ -324,4 +328,66 @@ pub struct Execution {
     pub end: Option<Time>,
     /// `Applied`, `Reverted`, `PartiallyApplied` or `Failed`.
     pub result: String,
+}
+
+/// Annotations, labels and the finalizer the scaling controller writes on other objects.
+pub mod keys {
+    /// On an overridden HPA, ScaledObject or Deployment: which template and action hold it,
+    /// as JSON `{"kind","namespace","name","uid","action"}`.
+    pub const OWNER: &str = "moonin.io/owner";
+    /// On an overridden HPA or ScaledObject: the exact fields the override changed, with
+    /// their values before it (JSON; `null` for a field that was absent), and the
+    /// Deployment's replicas at that moment.
+    pub const ORIGINAL: &str = "moonin.io/original";
+    /// On an overridden HPA or ScaledObject: hash of the override, so an unchanged
+    /// template re-applies nothing.
+    pub const APPLIED_HASH: &str = "moonin.io/applied-hash";
+    /// On a Deployment whose replicas the override raised: the replicas to restore.
+    pub const ORIGINAL_REPLICAS: &str = "moonin.io/original-replicas";
+    /// Label on an HPA Moonin created for a window because nothing scaled the Deployment.
+    pub const PROVISIONAL: &str = "moonin.io/provisional";
+    /// Finalizer on a template: its overrides are reverted before it goes away.
+    pub const FINALIZER: &str = "moonin.io/scaling-revert";
+    /// KEDA annotations that pause a ScaledObject; Moonin leaves a paused one alone.
+    pub const KEDA_PAUSED: [&str; 4] = [
+        "autoscaling.keda.sh/paused",
+        "autoscaling.keda.sh/paused-replicas",
+        "autoscaling.keda.sh/paused-scale-in",
+        "autoscaling.keda.sh/paused-scale-out",
+    ];
+}
+
+/// Condition types and reasons specific to scaling templates.
+pub mod reasons {
+    /// Condition: a window is open.
+    pub const ACTIVE: &str = "Active";
+    /// Condition: an action's target is held by another template.
+    pub const CONFLICT: &str = "Conflict";
+    /// Condition: another field manager undid an override.
+    pub const REVERTED: &str = "Reverted";
+
+    /// The cron schedule does not parse.
+    pub const INVALID_SCHEDULE: &str = "InvalidSchedule";
+    /// The time zone is not in the IANA database.
+    pub const UNKNOWN_TIME_ZONE: &str = "UnknownTimeZone";
+    /// A duration is not positive.
+    pub const INVALID_DURATION: &str = "InvalidDuration";
+    /// A namespaced template names a target in another namespace.
+    pub const CROSS_NAMESPACE_TARGET: &str = "CrossNamespaceTarget";
+    /// An action's Deployment does not exist.
+    pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
+    /// An action cannot be applied (paused ScaledObject, two autoscalers, …).
+    pub const BLOCKED: &str = "Blocked";
+    /// A write was refused by the API server.
+    pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// Waiting for a leftover override of a deleted template to be restored.
+    pub const WAITING: &str = "WaitingForRestore";
+    /// Another field manager undid an override more often than Moonin re-applies it.
+    pub const REAPPLY_LIMIT: &str = "ReapplyLimitReached";
+    /// Another field manager undid an override; Moonin re-applied it.
+    pub const OVERRIDDEN: &str = "OverriddenByFieldManager";
+    /// No conflict.
+    pub const NO_CONFLICT: &str = "NoConflict";
+    /// Nothing overridden by others.
+    pub const NOT_REVERTED: &str = "NotReverted";
 }

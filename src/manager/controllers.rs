@@ -32,9 +32,9 @@ pub struct Registered {
 }
 
 /// Every controller built into this binary. A controller appears here only once it works;
-/// the scaling, sandbox and discovery controllers land with their issues.
+/// the sandbox and discovery controllers land with their issues.
 pub fn registry() -> Vec<Registered> {
-    Vec::new()
+    vec![crate::scaling::controller::registered()]
 }
 
 /// Resolves `--controllers` against the registry: empty means all registered ones.

@@ -26,6 +26,23 @@ impl Leadership {
     pub fn is_leader(&self) -> bool {
         *self.rx.borrow()
     }
+
+    /// A stream that yields each time this process becomes the leader (and once at the
+    /// start if it already is), so controllers can reconcile everything then.
+    pub fn acquisitions(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
+        let rx = self.rx.clone();
+        futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+            if first && *rx.borrow_and_update() {
+                return Some(((), (rx, false)));
+            }
+            loop {
+                rx.changed().await.ok()?;
+                if *rx.borrow_and_update() {
+                    return Some(((), (rx, false)));
+                }
+            }
+        })
+    }
 }
 
 /// Starts competing for the Lease in `namespace` as `identity`. The returned task releases

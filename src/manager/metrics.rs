@@ -23,6 +23,15 @@ pub struct ErrorLabels {
     pub reason: String,
 }
 
+/// Labels of the write counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    /// The controller.
+    pub controller: String,
+    /// The kind written, e.g. `HorizontalPodAutoscaler` or `ScalingTemplate/status`.
+    pub kind: String,
+}
+
 /// Labels of the build-info gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
@@ -42,6 +51,8 @@ pub struct Metrics {
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
     /// `moonin_leader`: 1 while this process holds the leader Lease.
     pub leader: Gauge,
+    /// `moonin_api_writes_total{controller,kind}`: every create, patch and delete sent.
+    pub api_writes: Family<WriteLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -83,6 +94,12 @@ impl Metrics {
             "1 while this process holds the leader Lease",
             leader.clone(),
         );
+        let api_writes = Family::<WriteLabels, Counter>::default();
+        registry.register(
+            "api_writes",
+            "Writes (create, patch, delete) sent to the API server, per controller and kind",
+            api_writes.clone(),
+        );
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -100,7 +117,18 @@ impl Metrics {
             reconcile_errors,
             reconcile_duration,
             leader,
+            api_writes,
         }
+    }
+
+    /// Counts one write by `controller` to `kind`.
+    pub fn wrote(&self, controller: &str, kind: &str) {
+        self.api_writes
+            .get_or_create(&WriteLabels {
+                controller: controller.to_string(),
+                kind: kind.to_string(),
+            })
+            .inc();
     }
 
     /// The registry in the Prometheus text format.

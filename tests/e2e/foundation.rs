@@ -182,6 +182,7 @@ fn lease_holder(lease: &Lease) -> Option<String> {
 #[tokio::test]
 async fn one_leader_and_failover_after_sigkill() {
     let client = require_cluster!();
+    let _serial = harness::serial().await;
     let mut ns = TestNamespace::new(&client, "leader").await;
     let user = ns.grant_manager_rbac();
     let kubeconfig = harness::impersonating_kubeconfig(&user);

@@ -63,6 +63,13 @@ macro_rules! require_cluster {
     };
 }
 
+/// Tests that run a manager hold this: a manager reconciles every namespace, so two at
+/// once would fight over the same objects.
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
 /// Polls `probe` every 100 ms until it returns `Some`, or panics after `timeout`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
 where

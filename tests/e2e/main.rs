@@ -7,3 +7,4 @@
 mod common;
 mod foundation;
 mod harness;
+mod scaling;

@@ -1,0 +1,411 @@
+//! Wiring: shared reflectors for Deployments, HPAs and ScaledObjects, one controller per
+//! template kind, and the sweep of overrides whose template is gone.
+
+use std::{collections::HashSet, sync::Arc, time::Duration};
+
+use futures::{FutureExt, StreamExt, future::BoxFuture};
+use jiff::Timestamp;
+use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    core::object::HasStatus,
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Action,
+        events::{Recorder, Reporter},
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use tokio::sync::Notify;
+
+use super::commit::{CONTROLLER, CommitError, Writer};
+use super::decide::{self, TargetKey};
+use super::keda::ScaledObject;
+use super::load::{self, Stores, Template};
+use crate::api::scaling::{ClusterScalingTemplate, ScalingTemplate, ScalingTemplateStatus};
+use crate::manager::{
+    controllers::{Context, Registered},
+    http::Readiness,
+    metrics::{ControllerLabels, ErrorLabels},
+};
+
+/// How long the sweep waits between passes when nothing wakes it.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The scaling controller, as the manager registers it.
+pub fn registered() -> Registered {
+    Registered {
+        name: CONTROLLER,
+        run: |ctx, readiness| -> BoxFuture<'static, anyhow::Result<()>> {
+            Box::pin(run(ctx, readiness))
+        },
+    }
+}
+
+fn watch_config() -> watcher::Config {
+    watcher::Config::default().page_size(500)
+}
+
+/// Starts a shared reflector and returns its store, a subscriber stream and the future
+/// that drives it.
+fn shared<K>(
+    api: Api<K>,
+    trim: fn(&mut K),
+) -> (
+    Store<K>,
+    reflector::ReflectHandle<K>,
+    BoxFuture<'static, ()>,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store_shared::<K>(1024);
+    let subscriber = writer
+        .subscribe()
+        .expect("a shared store always has a subscriber handle");
+    let drive = reflector::reflector(
+        writer,
+        watcher(api, watch_config()).default_backoff().modify(trim),
+    )
+    .for_each(|event| async move {
+        if let Err(e) = event {
+            tracing::warn!(error = %e, "watch error; retrying");
+        }
+    })
+    .boxed();
+    (store, subscriber, drive)
+}
+
+fn trim_deployment(d: &mut Deployment) {
+    d.managed_fields_mut().clear();
+    if let Some(a) = d.metadata.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+    if let Some(spec) = d.spec.as_mut() {
+        spec.template = Default::default();
+    }
+    d.status = None;
+}
+
+fn trim_hpa(h: &mut HorizontalPodAutoscaler) {
+    if let Some(a) = h.metadata.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+    h.status = None;
+}
+
+fn trim_scaled_object(s: &mut ScaledObject) {
+    if let Some(a) = s.metadata.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+async fn keda_installed(client: &Client) -> bool {
+    let api: Api<ScaledObject> = Api::all(client.clone());
+    match api.list(&kube::api::ListParams::default().limit(1)).await {
+        Ok(_) => true,
+        Err(kube::Error::Api(s)) if s.code == 404 => false,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not tell whether KEDA is installed; ignoring ScaledObjects");
+            false
+        }
+    }
+}
+
+/// Templates interested in a change to an object scaling (or being) `key` and carrying
+/// the owner `uid`.
+fn interested<T: Template>(
+    store: &Store<T>,
+    key: Option<&TargetKey>,
+    uid: Option<&str>,
+) -> Vec<ObjectRef<T>> {
+    store
+        .state()
+        .iter()
+        .filter(|t| {
+            uid.is_some_and(|u| t.uid().as_deref() == Some(u))
+                || key.is_some_and(|k| {
+                    t.actions().iter().any(|a| {
+                        a.target.name == k.name
+                            && a.target
+                                .namespace
+                                .as_deref()
+                                .or(t.meta().namespace.as_deref())
+                                == Some(k.namespace.as_str())
+                    })
+                })
+        })
+        .map(|t| ObjectRef::from_obj(t.as_ref()))
+        .collect()
+}
+
+struct Shared {
+    stores: Stores,
+    writer: Writer,
+    metrics: crate::manager::metrics::Metrics,
+    leader: crate::manager::leader::Leadership,
+    sweep: Arc<Notify>,
+}
+
+async fn reconcile<T>(tpl: Arc<T>, shared: Arc<Shared>) -> Result<Action, CommitError>
+where
+    T: Template + HasStatus<Status = ScalingTemplateStatus>,
+{
+    let labels = ControllerLabels {
+        controller: CONTROLLER.to_string(),
+    };
+    shared.metrics.reconciliations.get_or_create(&labels).inc();
+    if !shared.leader.is_leader() {
+        return Ok(Action::await_change());
+    }
+    let started = std::time::Instant::now();
+    let snapshot = load::snapshot(tpl.as_ref(), &shared.stores);
+    let now = Timestamp::now();
+    let plan = decide::decide(&snapshot, now);
+    if snapshot
+        .targets
+        .values()
+        .flat_map(|t| {
+            t.autoscalers
+                .iter()
+                .map(|a| &a.marks)
+                .chain(t.deployment.as_ref().map(|d| &d.marks))
+        })
+        .any(|m| m.owner.is_some() && !m.owner_live)
+    {
+        shared.sweep.notify_one();
+    }
+    let result = shared.writer.commit(tpl.as_ref(), &plan, now).await;
+    shared
+        .metrics
+        .reconcile_duration
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
+    result?;
+    let wait = plan.requeue_at.duration_since(Timestamp::now());
+    let wait = Duration::try_from(wait).unwrap_or(Duration::ZERO);
+    Ok(Action::requeue(wait))
+}
+
+fn error_policy<T>(tpl: Arc<T>, err: &CommitError, shared: Arc<Shared>) -> Action
+where
+    T: Template,
+{
+    let reason = match err {
+        CommitError::Conflict(_) => "Conflict",
+        CommitError::NotLeader => "NotLeader",
+        CommitError::Template(_) => "TemplateWriteFailed",
+    };
+    shared
+        .metrics
+        .reconcile_errors
+        .get_or_create(&ErrorLabels {
+            controller: CONTROLLER.to_string(),
+            reason: reason.to_string(),
+        })
+        .inc();
+    match err {
+        CommitError::Conflict(what) => {
+            tracing::debug!(template = %tpl.name_any(), %what, "conflict; retrying");
+            Action::requeue(Duration::from_millis(200))
+        }
+        CommitError::NotLeader => Action::await_change(),
+        CommitError::Template(e) => {
+            tracing::warn!(template = %tpl.name_any(), error = %e, "could not write the template");
+            Action::requeue(Duration::from_secs(5))
+        }
+    }
+}
+
+/// The sweep: reverts overrides whose template is gone. Runs once the caches are warm,
+/// whenever a reconcile sees such an override, and every minute.
+async fn sweep_loop(shared: Arc<Shared>, shutdown: tokio_util::sync::CancellationToken) {
+    loop {
+        if shared.leader.is_leader() {
+            let live: HashSet<String> = load::live_uids(&shared.stores);
+            let targets = load::orphaned_targets(&shared.stores, &live);
+            let ops = decide::sweep(&targets);
+            if !ops.is_empty() {
+                match shared.writer.sweep(&ops).await {
+                    Ok(n) => tracing::info!(writes = n, "swept overrides of deleted templates"),
+                    Err(e) => tracing::info!(error = %e, "sweep interrupted; retrying"),
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = shared.sweep.notified() => {}
+            _ = tokio::time::sleep(SWEEP_INTERVAL) => {}
+        }
+    }
+}
+
+/// Runs the scaling controller until shutdown.
+pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
+    let client = ctx.client.clone();
+    let (deployments, dep_sub, dep_drive) =
+        shared::<Deployment>(Api::all(client.clone()), trim_deployment);
+    let (hpas, hpa_sub, hpa_drive) =
+        shared::<HorizontalPodAutoscaler>(Api::all(client.clone()), trim_hpa);
+    let mut drives = vec![dep_drive, hpa_drive];
+    let (scaled_objects, so_sub) = if keda_installed(&client).await {
+        let (s, sub, drive) = shared::<ScaledObject>(Api::all(client.clone()), trim_scaled_object);
+        drives.push(drive);
+        (Some(s), Some(sub))
+    } else {
+        tracing::info!(
+            "KEDA's ScaledObject CRD is not installed: ScaledObjects are ignored (restart Moonin after installing KEDA)"
+        );
+        (None, None)
+    };
+
+    let ns_ctl = Controller::new(Api::<ScalingTemplate>::all(client.clone()), watch_config());
+    let cl_ctl = Controller::new(
+        Api::<ClusterScalingTemplate>::all(client.clone()),
+        watch_config(),
+    );
+    let stores = Stores {
+        templates: ns_ctl.store(),
+        cluster_templates: cl_ctl.store(),
+        deployments,
+        hpas,
+        scaled_objects,
+    };
+    let leader = ctx.leadership.clone();
+    let is_leader = {
+        let l = leader.clone();
+        Arc::new(move || l.is_leader()) as Arc<dyn Fn() -> bool + Send + Sync>
+    };
+    let shared_state = Arc::new(Shared {
+        stores: stores.clone(),
+        writer: Writer {
+            client: client.clone(),
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "moonin-scaling".into(),
+                    instance: None,
+                },
+            ),
+            metrics: ctx.metrics.clone(),
+            is_leader,
+        },
+        metrics: ctx.metrics.clone(),
+        leader: leader.clone(),
+        sweep: Arc::new(Notify::new()),
+    });
+
+    let drive_all = futures::future::join_all(drives);
+    let wait_ready = {
+        let s = stores.clone();
+        async move {
+            let _ = s.deployments.wait_until_ready().await;
+            let _ = s.hpas.wait_until_ready().await;
+            if let Some(so) = &s.scaled_objects {
+                let _ = so.wait_until_ready().await;
+            }
+            let _ = s.templates.wait_until_ready().await;
+            let _ = s.cluster_templates.wait_until_ready().await;
+        }
+    };
+
+    let ns_ctl = with_watches(
+        ns_ctl,
+        &dep_sub,
+        &hpa_sub,
+        so_sub.as_ref(),
+        stores.templates.clone(),
+    )
+    .reconcile_all_on(leader.acquisitions())
+    .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
+    .run(
+        reconcile::<ScalingTemplate>,
+        error_policy::<ScalingTemplate>,
+        shared_state.clone(),
+    )
+    .for_each(|_| async {});
+    let cl_ctl = with_watches(
+        cl_ctl,
+        &dep_sub,
+        &hpa_sub,
+        so_sub.as_ref(),
+        stores.cluster_templates.clone(),
+    )
+    .reconcile_all_on(leader.acquisitions())
+    .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
+    .run(
+        reconcile::<ClusterScalingTemplate>,
+        error_policy::<ClusterScalingTemplate>,
+        shared_state.clone(),
+    )
+    .for_each(|_| async {});
+
+    let shutdown = ctx.shutdown.clone();
+    let sweeper = {
+        let shared_state = shared_state.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            wait_ready.await;
+            readiness.report_synced();
+            tracing::info!("scaling caches synced");
+            sweep_loop(shared_state, shutdown).await;
+        }
+    };
+    tokio::select! {
+        _ = drive_all => {}
+        _ = futures::future::join3(ns_ctl, cl_ctl, sweeper) => {}
+        _ = shutdown.cancelled() => {}
+    }
+    Ok(())
+}
+
+fn with_watches<T>(
+    ctl: Controller<T>,
+    deps: &reflector::ReflectHandle<Deployment>,
+    hpas: &reflector::ReflectHandle<HorizontalPodAutoscaler>,
+    sos: Option<&reflector::ReflectHandle<ScaledObject>>,
+    store: Store<T>,
+) -> Controller<T>
+where
+    T: Template + HasStatus<Status = ScalingTemplateStatus>,
+{
+    let s1 = store.clone();
+    let s2 = store.clone();
+    let ctl = ctl
+        .watches_shared_stream(deps.clone(), move |d: Arc<Deployment>| {
+            let key = TargetKey {
+                namespace: d.namespace().unwrap_or_default(),
+                name: d.name_any(),
+            };
+            interested(&s1, Some(&key), load::owner_uid(&d.metadata).as_deref())
+        })
+        .watches_shared_stream(hpas.clone(), move |h: Arc<HorizontalPodAutoscaler>| {
+            interested(
+                &s2,
+                load::hpa_target(&h).as_ref(),
+                load::owner_uid(&h.metadata).as_deref(),
+            )
+        });
+    match sos {
+        Some(sos) => {
+            let s3 = store;
+            ctl.watches_shared_stream(sos.clone(), move |so: Arc<ScaledObject>| {
+                interested(
+                    &s3,
+                    load::scaled_object_target(&so).as_ref(),
+                    load::owner_uid(&so.metadata).as_deref(),
+                )
+            })
+        }
+        None => ctl,
+    }
+}

@@ -1,0 +1,1110 @@
+//! Scheduled scaling on the real control plane: the HPA and Deployment controllers of
+//! kube-controller-manager are real, kwok runs the Pods, `moonin run` runs as its
+//! ServiceAccount from `config/rbac`.
+
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use moonin::api::scaling::{ClusterScalingTemplate, ScalingTemplate, keys};
+use serde_json::{Value, json};
+
+use crate::harness::{self, Manager, TestNamespace, install_crds, wait_for};
+use crate::require_cluster;
+
+/// A running manager and the namespace it was granted RBAC in.
+pub struct Rig {
+    pub client: Client,
+    pub ns: TestNamespace,
+    pub kubeconfig: std::path::PathBuf,
+    pub manager: Option<Manager>,
+    identity: String,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Rig {
+    pub async fn new(client: Client, prefix: &str) -> Self {
+        let serial = harness::serial().await;
+        install_crds(&client).await;
+        let mut ns = TestNamespace::new(&client, prefix).await;
+        let user = ns.grant_manager_rbac();
+        let kubeconfig = harness::impersonating_kubeconfig(&user);
+        let identity = format!("scaling-{}", ns.name);
+        let mut rig = Rig {
+            client,
+            ns,
+            kubeconfig,
+            manager: None,
+            identity,
+            _serial: serial,
+        };
+        rig.start().await;
+        rig
+    }
+
+    /// Starts (or, after [`Rig::kill`], restarts) the manager. The identity stays the
+    /// same, as for a container restarted in its Pod, so it leads again at once.
+    pub async fn start(&mut self) {
+        let m = Manager::start(
+            &self.kubeconfig,
+            &self.identity,
+            &["--namespace", &self.ns.name],
+        )
+        .await;
+        wait_for(
+            "the manager to be ready",
+            Duration::from_secs(30),
+            || async { (m.get("/readyz")?.0 == 200).then_some(()) },
+        )
+        .await;
+        wait_for("the manager to lead", Duration::from_secs(30), || async {
+            m.get("/metrics")?
+                .1
+                .contains("moonin_leader 1")
+                .then_some(())
+        })
+        .await;
+        self.manager = Some(m);
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self) {
+        if let Some(mut m) = self.manager.take() {
+            m.kill();
+        }
+    }
+
+    /// Sum of `moonin_api_writes_total` over every kind.
+    pub fn writes(&self) -> f64 {
+        let body = self
+            .manager
+            .as_ref()
+            .and_then(|m| m.get("/metrics"))
+            .map(|r| r.1)
+            .unwrap_or_default();
+        body.lines()
+            .filter(|l| l.starts_with("moonin_api_writes_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    pub fn ns(&self) -> &str {
+        &self.ns.name
+    }
+
+    pub fn deployments(&self) -> Api<Deployment> {
+        Api::namespaced(self.client.clone(), self.ns())
+    }
+
+    pub fn hpas(&self) -> Api<HorizontalPodAutoscaler> {
+        Api::namespaced(self.client.clone(), self.ns())
+    }
+
+    pub fn templates(&self) -> Api<ScalingTemplate> {
+        Api::namespaced(self.client.clone(), self.ns())
+    }
+
+    /// A Deployment whose Pods kwok runs.
+    pub async fn deployment(&self, name: &str, replicas: i32) -> Deployment {
+        let d: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "containers": [{"name": "app", "image": "registry.example/app:1",
+                            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
+                        "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]
+                    }
+                }
+            }
+        }))
+        .expect("deployment");
+        self.deployments()
+            .create(&PostParams::default(), &d)
+            .await
+            .expect("create deployment")
+    }
+
+    /// An HPA with `behavior` and two metrics, to prove the restore is exact.
+    pub async fn hpa(
+        &self,
+        name: &str,
+        target: &str,
+        min: i32,
+        max: i32,
+    ) -> HorizontalPodAutoscaler {
+        let h: HorizontalPodAutoscaler = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"team": "shop"}},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+                "minReplicas": min,
+                "maxReplicas": max,
+                "metrics": [
+                    {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}},
+                    {"type": "Resource", "resource": {"name": "memory", "target": {"type": "AverageValue", "averageValue": "200Mi"}}}
+                ],
+                "behavior": {
+                    "scaleDown": {"stabilizationWindowSeconds": 120, "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]},
+                    "scaleUp": {"selectPolicy": "Max", "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]}
+                }
+            }
+        }))
+        .expect("hpa");
+        self.hpas()
+            .create(&PostParams::default(), &h)
+            .await
+            .expect("create hpa")
+    }
+
+    pub async fn template(&self, body: Value) -> ScalingTemplate {
+        let t: ScalingTemplate = serde_json::from_value(body).expect("template");
+        self.templates()
+            .create(&PostParams::default(), &t)
+            .await
+            .expect("create template")
+    }
+
+    pub async fn replicas(&self, name: &str) -> Option<i32> {
+        self.deployments().get(name).await.ok()?.spec?.replicas
+    }
+
+    pub async fn template_status(&self, name: &str) -> Value {
+        let t = self.templates().get(name).await.expect("template");
+        serde_json::to_value(t.status).unwrap_or(Value::Null)
+    }
+
+    /// Waits for a template condition with this status and reason.
+    pub async fn condition(&self, name: &str, type_: &str, status: &str, reason: &str) -> Value {
+        wait_for(
+            &format!("{name}: {type_}={status} ({reason})"),
+            Duration::from_secs(30),
+            || async {
+                let s = self.template_status(name).await;
+                s["conditions"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["type"] == type_ && c["status"] == status && c["reason"] == reason)
+                    .cloned()
+            },
+        )
+        .await
+    }
+
+    /// Waits for an action's state in status.
+    pub async fn action_state(&self, name: &str, action: &str, state: &str) {
+        wait_for(
+            &format!("{name}: action {action} {state}"),
+            Duration::from_secs(30),
+            || async {
+                let s = self.template_status(name).await;
+                s["actions"]
+                    .as_array()?
+                    .iter()
+                    .any(|a| a["name"] == action && a["state"] == state)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Waits for `status.phase`.
+    pub async fn phase(&self, name: &str, phase: &str) {
+        wait_for(
+            &format!("{name} in phase {phase}"),
+            Duration::from_secs(30),
+            || async { (self.template_status(name).await["phase"] == phase).then_some(()) },
+        )
+        .await;
+    }
+
+    /// Events about `regarding` with this reason.
+    pub async fn events(&self, regarding: &str, reason: &str) -> Vec<String> {
+        let api: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.client.clone(), self.ns());
+        api.list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding)
+                    && e.reason.as_deref() == Some(reason)
+            })
+            .map(|e| e.note.unwrap_or_default())
+            .collect()
+    }
+
+    /// Deletes a template and waits until it is gone (its finalizer reverted everything).
+    pub async fn delete_template(&self, name: &str) {
+        let _ = self
+            .templates()
+            .delete(name, &DeleteParams::default())
+            .await;
+        wait_for(
+            &format!("template {name} to be gone"),
+            Duration::from_secs(30),
+            || async {
+                self.templates()
+                    .get_opt(name)
+                    .await
+                    .ok()?
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+/// An RFC 3339 instant `secs` from now, on a whole second (the API keeps seconds).
+pub fn in_secs(secs: i64) -> String {
+    let t = Timestamp::now() + SignedDuration::from_secs(secs);
+    Timestamp::from_second(t.as_second() + 1)
+        .expect("timestamp")
+        .to_string()
+}
+
+/// A template whose only window is a manual run.
+pub fn manual_template(name: &str, start: &str, duration: &str, actions: Value) -> Value {
+    json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "ScalingTemplate",
+        "metadata": {"name": name},
+        "spec": {
+            // 1 January at 00:00: never during a test.
+            "schedule": "0 0 1 1 *",
+            "duration": duration,
+            "manualRun": {"startTime": start},
+            "actions": actions
+        }
+    })
+}
+
+fn annotations(meta: &kube::api::ObjectMeta) -> Vec<String> {
+    meta.annotations
+        .iter()
+        .flatten()
+        .map(|(k, _)| k.clone())
+        .filter(|k| k.starts_with("moonin.io/"))
+        .collect()
+}
+
+#[tokio::test]
+async fn hpa_override_and_byte_for_byte_restore() {
+    let client = require_cluster!();
+    let rig = Rig::new(client, "stpl-hpa").await;
+    rig.deployment("web", 2).await;
+    let before = rig.hpa("web", "web", 2, 5).await;
+    let original_spec = serde_json::to_value(&before.spec).expect("spec");
+
+    rig.template(manual_template(
+        "peak",
+        &in_secs(3),
+        "25s",
+        json!([{"name": "web", "target": {"name": "web"}, "minReplicas": 4, "maxReplicas": 8}]),
+    ))
+    .await;
+
+    // The window opens: the HPA carries the override and its restore data.
+    let hpa = wait_for("the HPA override", Duration::from_secs(20), || async {
+        let h = rig.hpas().get("web").await.ok()?;
+        (h.spec.min_replicas == Some(4)).then_some(h)
+    })
+    .await;
+    assert_eq!(hpa.spec.max_replicas, 8);
+    let a = hpa.annotations();
+    let original: Value = serde_json::from_str(&a[keys::ORIGINAL]).expect("original json");
+    assert_eq!(
+        original["spec"],
+        json!({"minReplicas": 2, "maxReplicas": 5})
+    );
+    assert_eq!(original["deploymentReplicas"], 2);
+    let owner: Value = serde_json::from_str(&a[keys::OWNER]).expect("owner json");
+    assert_eq!(owner["name"], "peak");
+    assert_eq!(owner["action"], "web");
+    assert!(a.contains_key(keys::APPLIED_HASH));
+    let managers: Vec<String> = hpa
+        .managed_fields()
+        .iter()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        managers.iter().any(|m| m == "moonin-scaling"),
+        "{managers:?}"
+    );
+
+    // The Deployment reaches the new minimum at once, and the HPA controller keeps it there.
+    wait_for("replicas 4", Duration::from_secs(10), || async {
+        (rig.replicas("web").await? == 4).then_some(())
+    })
+    .await;
+    let d = rig.deployments().get("web").await.expect("deployment");
+    assert_eq!(
+        d.annotations()
+            .get(keys::ORIGINAL_REPLICAS)
+            .map(String::as_str),
+        Some("2")
+    );
+    rig.action_state("peak", "web", "Applied").await;
+    let status = rig.template_status("peak").await;
+    assert_eq!(status["phase"], "Active");
+    assert_eq!(status["window"]["trigger"], "Manual");
+    assert_eq!(status["actions"][0]["state"], "Applied");
+    assert_eq!(status["actions"][0]["via"], "HPA");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        rig.replicas("web").await,
+        Some(4),
+        "the HPA keeps the new minimum"
+    );
+
+    // The window ends: the spec is restored exactly, the marks are gone.
+    let after = wait_for("the HPA restore", Duration::from_secs(40), || async {
+        let h = rig.hpas().get("web").await.ok()?;
+        (h.spec.min_replicas == Some(2)).then_some(h)
+    })
+    .await;
+    assert_eq!(
+        serde_json::to_value(&after.spec).expect("spec"),
+        original_spec
+    );
+    assert_eq!(annotations(&after.metadata), Vec::<String>::new());
+    wait_for(
+        "replicas restored to 2",
+        Duration::from_secs(10),
+        || async { (rig.replicas("web").await? == 2).then_some(()) },
+    )
+    .await;
+    let d = rig.deployments().get("web").await.expect("deployment");
+    assert_eq!(annotations(&d.metadata), Vec::<String>::new());
+
+    // Back under the HPA's control: raising its minimum scales the Deployment.
+    rig.hpas()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"minReplicas": 3}})),
+        )
+        .await
+        .expect("raise min");
+    wait_for("the HPA to scale to 3", Duration::from_secs(40), || async {
+        (rig.replicas("web").await? == 3).then_some(())
+    })
+    .await;
+
+    rig.phase("peak", "Idle").await;
+    let status = rig.template_status("peak").await;
+    let exec = &status["executions"][0];
+    assert_eq!(exec["trigger"], "Manual");
+    assert_eq!(exec["result"], "Applied");
+    assert!(exec["end"].is_string(), "{status}");
+    assert!(!rig.events("peak", "Applied").await.is_empty());
+    assert!(!rig.events("peak", "Reverted").await.is_empty());
+    rig.delete_template("peak").await;
+}
+
+#[tokio::test]
+async fn provisional_hpa_for_a_deployment_without_one() {
+    let client = require_cluster!();
+    let rig = Rig::new(client, "stpl-prov").await;
+    rig.deployment("api", 1).await;
+    rig.template(manual_template(
+        "burst",
+        &in_secs(2),
+        "15s",
+        json!([{"name": "api", "target": {"name": "api"}, "minReplicas": 3, "maxReplicas": 6}]),
+    ))
+    .await;
+    let hpa = wait_for("the provisional HPA", Duration::from_secs(20), || async {
+        rig.hpas().get_opt("moonin-api").await.ok()?
+    })
+    .await;
+    assert_eq!(hpa.spec.min_replicas, Some(3));
+    assert_eq!(hpa.spec.max_replicas, 6);
+    assert_eq!(
+        hpa.labels().get(keys::PROVISIONAL).map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(hpa.owner_references()[0].kind, "ScalingTemplate");
+    wait_for("replicas 3", Duration::from_secs(10), || async {
+        (rig.replicas("api").await? == 3).then_some(())
+    })
+    .await;
+    rig.action_state("burst", "api", "Applied").await;
+    assert_eq!(
+        rig.template_status("burst").await["actions"][0]["via"],
+        "ProvisionalHPA"
+    );
+    wait_for(
+        "the provisional HPA to go",
+        Duration::from_secs(40),
+        || async {
+            rig.hpas()
+                .get_opt("moonin-api")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    wait_for(
+        "replicas restored to 1",
+        Duration::from_secs(10),
+        || async { (rig.replicas("api").await? == 1).then_some(()) },
+    )
+    .await;
+    let d = rig.deployments().get("api").await.expect("deployment");
+    assert_eq!(annotations(&d.metadata), Vec::<String>::new());
+    rig.delete_template("burst").await;
+}
+
+#[tokio::test]
+async fn bad_input_is_reported_and_touches_nothing() {
+    let client = require_cluster!();
+    let rig = Rig::new(client, "stpl-bad").await;
+    rig.deployment("good", 1).await;
+    rig.deployment("other", 1).await;
+    let other_hpa = rig.hpa("other", "other", 1, 3).await;
+    let actions =
+        json!([{"name": "a", "target": {"name": "other"}, "minReplicas": 2, "maxReplicas": 4}]);
+    let start = in_secs(2);
+
+    let mut cron = manual_template("bad-cron", &start, "1m", actions.clone());
+    cron["spec"]["schedule"] = json!("61 * * * *");
+    rig.template(cron).await;
+    let mut zone = manual_template("bad-zone", &start, "1m", actions.clone());
+    zone["spec"]["timeZone"] = json!("Mars/Olympus_Mons");
+    rig.template(zone).await;
+    rig.template(manual_template(
+        "missing",
+        &start,
+        "1m",
+        json!([{"name": "ghost", "target": {"name": "ghost"}, "minReplicas": 2, "maxReplicas": 4}]),
+    ))
+    .await;
+    // A template targeting another namespace is refused at admission.
+    let mut cross = manual_template("cross", &start, "1m", actions.clone());
+    cross["spec"]["actions"][0]["target"]["namespace"] = json!("kube-system");
+    let refused = rig
+        .templates()
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(cross).expect("t"),
+        )
+        .await
+        .expect_err("cross-namespace target is refused");
+    assert!(refused.to_string().contains("own namespace"), "{refused}");
+    // And a good one keeps working next to them.
+    rig.template(manual_template(
+        "fine",
+        &start,
+        "1m",
+        json!([{"name": "good", "target": {"name": "good"}, "minReplicas": 2, "maxReplicas": 4}]),
+    ))
+    .await;
+
+    let c = rig
+        .condition("bad-cron", "Ready", "False", "InvalidSchedule")
+        .await;
+    assert!(
+        c["message"].as_str().unwrap_or_default().contains("61"),
+        "{c}"
+    );
+    rig.condition("bad-cron", "Stalled", "True", "InvalidSchedule")
+        .await;
+    rig.condition("bad-zone", "Ready", "False", "UnknownTimeZone")
+        .await;
+    let c = rig
+        .condition("missing", "Ready", "False", "TargetNotFound")
+        .await;
+    assert!(
+        c["message"].as_str().unwrap_or_default().contains("ghost"),
+        "{c}"
+    );
+    rig.phase("bad-cron", "Invalid").await;
+    wait_for(
+        "the good template to apply",
+        Duration::from_secs(20),
+        || async { (rig.replicas("good").await? == 2).then_some(()) },
+    )
+    .await;
+    rig.condition("fine", "Ready", "True", "Reconciled").await;
+    for (name, reason) in [
+        ("bad-cron", "InvalidSchedule"),
+        ("bad-zone", "UnknownTimeZone"),
+        ("missing", "TargetNotFound"),
+    ] {
+        let found = wait_for(
+            &format!("a Warning Event for {name}"),
+            Duration::from_secs(10),
+            || async {
+                let e = rig.events(name, reason).await;
+                (!e.is_empty()).then_some(e)
+            },
+        )
+        .await;
+        assert_eq!(
+            found.len(),
+            1,
+            "one Event, not one per reconcile: {found:?}"
+        );
+    }
+    // Nothing touched the target of the invalid templates.
+    let now = rig.hpas().get("other").await.expect("hpa");
+    assert_eq!(now.spec, other_hpa.spec);
+    assert_eq!(annotations(&now.metadata), Vec::<String>::new());
+    assert_eq!(rig.replicas("other").await, Some(1));
+    for name in ["bad-cron", "bad-zone", "missing", "fine"] {
+        rig.delete_template(name).await;
+    }
+    assert_eq!(
+        rig.replicas("good").await,
+        Some(1),
+        "deleting mid-window reverts"
+    );
+}
+
+#[tokio::test]
+async fn cluster_template_overrides_across_namespaces() {
+    let client = require_cluster!();
+    let rig = Rig::new(client.clone(), "cstpl").await;
+    rig.deployment("batch", 1).await;
+    rig.hpa("batch", "batch", 1, 4).await;
+    let name = format!("{}-night", rig.ns());
+    let api: Api<ClusterScalingTemplate> = Api::all(client.clone());
+    let t: ClusterScalingTemplate = serde_json::from_value(json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "ClusterScalingTemplate",
+        "metadata": {"name": name},
+        "spec": {
+            "schedule": "0 0 1 1 *",
+            "duration": "15s",
+            "manualRun": {"startTime": in_secs(2)},
+            "actions": [{"name": "batch", "target": {"namespace": rig.ns(), "name": "batch"}, "minReplicas": 3, "maxReplicas": 5}]
+        }
+    }))
+    .expect("cluster template");
+    api.create(&PostParams::default(), &t)
+        .await
+        .expect("create");
+    wait_for("the override", Duration::from_secs(20), || async {
+        let h = rig.hpas().get("batch").await.ok()?;
+        (h.spec.min_replicas == Some(3) && h.spec.max_replicas == 5).then_some(())
+    })
+    .await;
+    let owner: Value = serde_json::from_str(
+        &rig.hpas().get("batch").await.expect("hpa").annotations()[keys::OWNER],
+    )
+    .expect("owner");
+    assert_eq!(owner["kind"], "ClusterScalingTemplate");
+    wait_for("replicas 3", Duration::from_secs(10), || async {
+        (rig.replicas("batch").await? == 3).then_some(())
+    })
+    .await;
+    wait_for("the restore", Duration::from_secs(40), || async {
+        let h = rig.hpas().get("batch").await.ok()?;
+        (h.spec.min_replicas == Some(1)
+            && h.spec.max_replicas == 4
+            && annotations(&h.metadata).is_empty())
+        .then_some(())
+    })
+    .await;
+    wait_for("replicas 1", Duration::from_secs(10), || async {
+        (rig.replicas("batch").await? == 1).then_some(())
+    })
+    .await;
+    let _ = api.delete(&name, &DeleteParams::default()).await;
+    wait_for(
+        "the cluster template to go",
+        Duration::from_secs(30),
+        || async { api.get_opt(&name).await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+}
+
+/// Waits until the HPA `name` has exactly `min`/`max` and, when `marked`, Moonin's marks.
+async fn hpa_is(
+    rig: &Rig,
+    name: &str,
+    min: i32,
+    max: i32,
+    marked: bool,
+) -> HorizontalPodAutoscaler {
+    wait_for(
+        &format!("HPA {name} at min {min} max {max} (marked: {marked})"),
+        Duration::from_secs(40),
+        || async {
+            let h = rig.hpas().get(name).await.ok()?;
+            (h.spec.min_replicas == Some(min)
+                && h.spec.max_replicas == max
+                && annotations(&h.metadata).is_empty() != marked)
+                .then_some(h)
+        },
+    )
+    .await
+}
+
+async fn replicas_are(rig: &Rig, name: &str, n: i32) {
+    wait_for(
+        &format!("{name} at {n} replicas"),
+        Duration::from_secs(40),
+        || async { (rig.replicas(name).await? == n).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn manual_run_suspend_and_valid_until_revert_mid_window() {
+    let client = require_cluster!();
+    let rig = Rig::new(client, "stpl-life").await;
+    for name in ["s", "v"] {
+        rig.deployment(name, 1).await;
+        rig.hpa(name, name, 1, 3).await;
+    }
+    let start = in_secs(2);
+    rig.template(manual_template(
+        "suspend-me",
+        &start,
+        "10m",
+        json!([{"name": "s", "target": {"name": "s"}, "minReplicas": 2, "maxReplicas": 5}]),
+    ))
+    .await;
+    let mut expiring = manual_template(
+        "expires",
+        &start,
+        "10m",
+        json!([{"name": "v", "target": {"name": "v"}, "minReplicas": 2, "maxReplicas": 5}]),
+    );
+    expiring["spec"]["validUntil"] = json!(in_secs(12));
+    rig.template(expiring).await;
+
+    hpa_is(&rig, "s", 2, 5, true).await;
+    hpa_is(&rig, "v", 2, 5, true).await;
+    replicas_are(&rig, "s", 2).await;
+    assert_eq!(
+        rig.template_status("suspend-me").await["window"]["trigger"],
+        "Manual"
+    );
+
+    rig.templates()
+        .patch(
+            "suspend-me",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"suspend": true}})),
+        )
+        .await
+        .expect("suspend");
+    hpa_is(&rig, "s", 1, 3, false).await;
+    replicas_are(&rig, "s", 1).await;
+    rig.phase("suspend-me", "Suspended").await;
+    rig.condition("suspend-me", "Active", "False", "Suspended")
+        .await;
+
+    // validUntil passes while the manual window is still open.
+    hpa_is(&rig, "v", 1, 3, false).await;
+    replicas_are(&rig, "v", 1).await;
+    rig.phase("expires", "Expired").await;
+
+    for name in ["suspend-me", "expires"] {
+        rig.delete_template(name).await;
+    }
+}
+
+#[tokio::test]
+async fn a_second_template_on_the_same_target_conflicts_without_flapping() {
+    let client = require_cluster!();
+    let rig = Rig::new(client, "stpl-conflict").await;
+    rig.deployment("shop", 1).await;
+    rig.hpa("shop", "shop", 1, 3).await;
+    let start = in_secs(2);
+    rig.template(manual_template(
+        "first",
+        &start,
+        "10m",
+        json!([{"name": "a", "target": {"name": "shop"}, "minReplicas": 2, "maxReplicas": 4}]),
+    ))
+    .await;
+    let held = hpa_is(&rig, "shop", 2, 4, true).await;
+    rig.template(manual_template(
+        "second",
+        &start,
+        "10m",
+        json!([{"name": "b", "target": {"name": "shop"}, "minReplicas": 3, "maxReplicas": 6}]),
+    ))
+    .await;
+    let c = rig
+        .condition("second", "Conflict", "True", "Conflict")
+        .await;
+    let msg = c["message"].as_str().unwrap_or_default().to_string();
+    assert!(msg.contains(&format!("{}/first", rig.ns())), "{msg}");
+    rig.condition("second", "Ready", "False", "Conflict").await;
+    assert_eq!(
+        rig.template_status("second").await["actions"][0]["state"],
+        "Conflict"
+    );
+
+    // Steady state: nobody writes, the holder keeps the target.
+    let writes = rig.writes();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(rig.writes(), writes, "no write while nothing changes");
+    let now = rig.hpas().get("shop").await.expect("hpa");
+    assert_eq!(
+        now.annotations().get(keys::OWNER),
+        held.annotations().get(keys::OWNER)
+    );
+    assert_eq!(now.spec.min_replicas, Some(2));
+    assert_eq!(
+        rig.events("second", "Conflict").await.len(),
+        1,
+        "one Conflict Event"
+    );
+
+    // When the holder lets go, the second template takes over.
+    rig.delete_template("first").await;
+    hpa_is(&rig, "shop", 3, 6, true).await;
+    rig.condition("second", "Conflict", "False", "NoConflict")
+        .await;
+    rig.delete_template("second").await;
+    hpa_is(&rig, "shop", 1, 3, false).await;
+    replicas_are(&rig, "shop", 1).await;
+}
+
+#[tokio::test]
+async fn another_field_manager_undoing_the_override_is_named_and_not_fought_forever() {
+    let client = require_cluster!();
+    let rig = Rig::new(client, "stpl-drift").await;
+    rig.deployment("app", 1).await;
+    rig.hpa("app", "app", 1, 3).await;
+    rig.template(manual_template(
+        "peak",
+        &in_secs(2),
+        "10m",
+        json!([{"name": "app", "target": {"name": "app"}, "minReplicas": 2, "maxReplicas": 5}]),
+    ))
+    .await;
+    hpa_is(&rig, "app", 2, 5, true).await;
+    // Argo CD's self-heal puts git's values back, again and again.
+    let selfheal = PatchParams {
+        field_manager: Some("argocd-controller".into()),
+        ..PatchParams::default()
+    };
+    let git = Patch::Merge(json!({"spec": {"minReplicas": 1, "maxReplicas": 3}}));
+    for round in 1..=moonin::scaling::decide::MAX_REAPPLIES {
+        rig.hpas()
+            .patch("app", &selfheal, &git)
+            .await
+            .expect("self-heal");
+        hpa_is(&rig, "app", 2, 5, true).await;
+        let nth = format!("re-applied ({round} of");
+        let c = wait_for(
+            &format!("round {round} reported"),
+            Duration::from_secs(30),
+            || async {
+                let s = rig.template_status("peak").await;
+                s["conditions"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| {
+                        c["type"] == "Reverted"
+                            && c["reason"] == "OverriddenByFieldManager"
+                            && c["message"].as_str().is_some_and(|m| m.contains(&nth))
+                    })
+                    .cloned()
+            },
+        )
+        .await;
+        let msg = c["message"].as_str().unwrap_or_default();
+        assert!(msg.contains("argocd-controller"), "round {round}: {msg}");
+    }
+    rig.hpas()
+        .patch("app", &selfheal, &git)
+        .await
+        .expect("self-heal");
+    let c = rig
+        .condition("peak", "Reverted", "True", "ReapplyLimitReached")
+        .await;
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("argocd-controller")
+    );
+    rig.condition("peak", "Ready", "False", "ReapplyLimitReached")
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let h = rig.hpas().get("app").await.expect("hpa");
+    assert_eq!(h.spec.min_replicas, Some(1), "Moonin stopped re-applying");
+    assert!(!rig.events("peak", "ReapplyLimitReached").await.is_empty());
+
+    // Deleting the template restores nothing the other manager now owns, and clears marks.
+    rig.delete_template("peak").await;
+    let h = hpa_is(&rig, "app", 1, 3, false).await;
+    assert_eq!(annotations(&h.metadata), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn sigkill_at_any_point_converges_to_the_exact_original_state() {
+    let client = require_cluster!();
+    let mut rig = Rig::new(client, "stpl-crash").await;
+    // Six targets, some with an HPA and some without, all opening and closing together:
+    // one kill catches each of them at a different point of its writes.
+    let names: Vec<String> = (0..6).map(|i| format!("w{i}")).collect();
+    let mut originals = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        rig.deployment(name, 1 + (i as i32 % 2)).await;
+        let spec = if i % 3 == 2 {
+            None
+        } else {
+            Some(serde_json::to_value(rig.hpa(name, name, 1, 4).await.spec).expect("spec"))
+        };
+        originals.push(spec);
+    }
+    for (round, kill_after_ms) in [0u64, 40, 150].into_iter().enumerate() {
+        let open = Timestamp::now() + SignedDuration::from_secs(4);
+        let open = Timestamp::from_second(open.as_second()).expect("ts");
+        let length = 10;
+        for (i, name) in names.iter().enumerate() {
+            rig.template(manual_template(
+                &format!("r{round}-{name}"),
+                &open.to_string(),
+                &format!("{length}s"),
+                json!([{"name": "a", "target": {"name": name}, "minReplicas": 3 + i as i32 % 2, "maxReplicas": 6}]),
+            ))
+            .await;
+        }
+        for edge in [open, open + SignedDuration::from_secs(length)] {
+            let kill_at = edge + SignedDuration::from_millis(kill_after_ms as i64);
+            let wait = kill_at.duration_since(Timestamp::now());
+            tokio::time::sleep(Duration::try_from(wait).unwrap_or_default()).await;
+            rig.kill();
+            let mut between = 0;
+            for name in &names {
+                let hpa_marked = rig
+                    .hpas()
+                    .get_opt(name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|h| !annotations(&h.metadata).is_empty())
+                    || rig
+                        .hpas()
+                        .get_opt(&format!("moonin-{name}"))
+                        .await
+                        .ok()
+                        .flatten()
+                        .is_some();
+                let dep_marked = rig
+                    .deployments()
+                    .get(name)
+                    .await
+                    .is_ok_and(|d| !annotations(&d.metadata).is_empty());
+                between += usize::from(hpa_marked != dep_marked);
+            }
+            eprintln!(
+                "round {round}: killed {kill_after_ms} ms after the edge at {edge}; {between} of {} targets between their writes",
+                names.len()
+            );
+            rig.start().await;
+        }
+        // After the window: every target is exactly as before.
+        for (i, name) in names.iter().enumerate() {
+            match &originals[i] {
+                Some(spec) => {
+                    let h = hpa_is(&rig, name, 1, 4, false).await;
+                    assert_eq!(
+                        &serde_json::to_value(&h.spec).expect("spec"),
+                        spec,
+                        "{name}"
+                    );
+                }
+                None => {
+                    wait_for(
+                        &format!("no provisional HPA for {name}"),
+                        Duration::from_secs(30),
+                        || async {
+                            rig.hpas()
+                                .get_opt(&format!("moonin-{name}"))
+                                .await
+                                .ok()?
+                                .is_none()
+                                .then_some(())
+                        },
+                    )
+                    .await;
+                }
+            }
+            replicas_are(&rig, name, 1 + (i as i32 % 2)).await;
+            let d = rig.deployments().get(name).await.expect("deployment");
+            assert_eq!(annotations(&d.metadata), Vec::<String>::new(), "{name}");
+        }
+        for name in &names {
+            rig.delete_template(&format!("r{round}-{name}")).await;
+        }
+    }
+}
+
+/// KEDA's HPA for the ScaledObject `queue` (KEDA copies the ScaledObject's annotations onto
+/// it, so only the bounds are compared).
+async fn keda_hpa_is(rig: &Rig, min: i32, max: i32) -> HorizontalPodAutoscaler {
+    wait_for(
+        &format!("keda-hpa-queue at {min}..{max}"),
+        Duration::from_secs(40),
+        || async {
+            let h = rig.hpas().get("keda-hpa-queue").await.ok()?;
+            (h.spec.min_replicas == Some(min) && h.spec.max_replicas == max).then_some(h)
+        },
+    )
+    .await
+}
+
+fn scaled_objects(rig: &Rig) -> Api<kube::api::DynamicObject> {
+    let gvk = kube::core::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject");
+    let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "scaledobjects");
+    Api::namespaced_with(rig.client.clone(), rig.ns(), &ar)
+}
+
+/// KEDA's operator, built from its pinned module by `e2e/keda`, turns the ScaledObject into
+/// the HPA `keda-hpa-<name>`; kube-controller-manager scales the Deployment. Moonin writes
+/// only the ScaledObject.
+#[tokio::test]
+async fn keda_scaled_object_is_overridden_and_restored_and_its_hpa_never_touched() {
+    let client = require_cluster!();
+    let keda = crate::common::root().join("e2e/keda");
+    let running = std::process::Command::new(&keda)
+        .arg("status")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !running {
+        assert!(
+            std::env::var("MOONIN_E2E").as_deref() != Ok("required"),
+            "the KEDA operator is not running: e2e/test starts it with `e2e/keda start`"
+        );
+        eprintln!("skipping: the KEDA operator is not running (e2e/keda start)");
+        return;
+    }
+    let rig = Rig::new(client, "stpl-keda").await;
+    rig.deployment("queue", 1).await;
+    rig.deployment("frozen", 1).await;
+    let so = |name: &str, paused: bool| {
+        let mut v = json!({
+            "apiVersion": "keda.sh/v1alpha1",
+            "kind": "ScaledObject",
+            "metadata": {"name": name},
+            "spec": {
+                "scaleTargetRef": {"name": name},
+                "minReplicaCount": 1,
+                "maxReplicaCount": 4,
+                "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}}}},
+                "triggers": [{"type": "cron", "metadata": {"timezone": "Etc/UTC", "start": "0 3 * * *", "end": "0 4 * * *", "desiredReplicas": "3"}}]
+            }
+        });
+        if paused {
+            v["metadata"]["annotations"] = json!({"autoscaling.keda.sh/paused": "true"});
+        }
+        serde_json::from_value::<kube::api::DynamicObject>(v).expect("scaled object")
+    };
+    let api = scaled_objects(&rig);
+    let created = api
+        .create(&PostParams::default(), &so("queue", false))
+        .await
+        .expect("create ScaledObject");
+    api.create(&PostParams::default(), &so("frozen", true))
+        .await
+        .expect("create paused ScaledObject");
+    keda_hpa_is(&rig, 1, 4).await;
+    // As KEDA left it after its first reconcile (it fills in defaults such as
+    // `advanced.scalingModifiers`).
+    let original_spec = api.get("queue").await.expect("so").data["spec"].clone();
+    assert_eq!(
+        original_spec["minReplicaCount"],
+        created.data["spec"]["minReplicaCount"]
+    );
+
+    rig.template(manual_template(
+        "drain",
+        &in_secs(2),
+        "20s",
+        json!([
+            {"name": "queue", "target": {"name": "queue"}, "minReplicas": 3, "maxReplicas": 6},
+            {"name": "frozen", "target": {"name": "frozen"}, "minReplicas": 3, "maxReplicas": 6}
+        ]),
+    ))
+    .await;
+    let overridden = wait_for(
+        "the ScaledObject override",
+        Duration::from_secs(20),
+        || async {
+            let o = api.get("queue").await.ok()?;
+            (o.data["spec"]["minReplicaCount"] == 3 && o.data["spec"]["maxReplicaCount"] == 6)
+                .then_some(o)
+        },
+    )
+    .await;
+    let original: Value =
+        serde_json::from_str(&overridden.annotations()[keys::ORIGINAL]).expect("original");
+    assert_eq!(
+        original["spec"],
+        json!({"minReplicaCount": 1, "maxReplicaCount": 4})
+    );
+    // KEDA carries the new bounds to its HPA; the HPA controller scales the Deployment.
+    keda_hpa_is(&rig, 3, 6).await;
+    replicas_are(&rig, "queue", 3).await;
+    rig.action_state("drain", "queue", "Applied").await;
+    rig.action_state("drain", "frozen", "Blocked").await;
+    let status = rig.template_status("drain").await;
+    let actions = status["actions"].as_array().cloned().unwrap_or_default();
+    let state = |n: &str| {
+        actions
+            .iter()
+            .find(|a| a["name"] == n)
+            .map(|a| (a["state"].clone(), a["via"].clone(), a["message"].clone()))
+    };
+    assert_eq!(
+        state("queue").map(|s| (s.0, s.1)),
+        Some((json!("Applied"), json!("ScaledObject")))
+    );
+    let frozen = state("frozen").expect("frozen action");
+    assert_eq!(frozen.0, "Blocked", "{frozen:?}");
+    assert!(
+        frozen.2.as_str().unwrap_or_default().contains("paused"),
+        "{frozen:?}"
+    );
+    let paused = api.get("frozen").await.expect("paused SO");
+    assert_eq!(
+        paused.data["spec"]["minReplicaCount"], 1,
+        "a paused ScaledObject is left alone"
+    );
+
+    // The window ends: the ScaledObject's spec is exactly as before, KEDA follows.
+    let restored = wait_for(
+        "the ScaledObject restore",
+        Duration::from_secs(40),
+        || async {
+            let o = api.get("queue").await.ok()?;
+            (o.data["spec"]["minReplicaCount"] == 1 && annotations(&o.metadata).is_empty())
+                .then_some(o)
+        },
+    )
+    .await;
+    assert_eq!(restored.data["spec"], original_spec);
+    let hpa = keda_hpa_is(&rig, 1, 4).await;
+    replicas_are(&rig, "queue", 1).await;
+    let managers: Vec<String> = hpa
+        .managed_fields()
+        .iter()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        !managers.iter().any(|m| m.starts_with("moonin")),
+        "Moonin never writes KEDA's HPA: {managers:?}"
+    );
+    rig.delete_template("drain").await;
+}

@@ -1108,3 +1108,71 @@ async fn keda_scaled_object_is_overridden_and_restored_and_its_hpa_never_touched
     );
     rig.delete_template("drain").await;
 }
+
+#[tokio::test]
+async fn overrides_of_a_template_deleted_while_moonin_was_down_are_swept_at_startup() {
+    let client = require_cluster!();
+    let mut rig = Rig::new(client, "stpl-sweep").await;
+    rig.deployment("left", 1).await;
+    let before = rig.hpa("left", "left", 1, 3).await;
+    rig.template(manual_template(
+        "gone",
+        &in_secs(2),
+        "10m",
+        json!([{"name": "left", "target": {"name": "left"}, "minReplicas": 2, "maxReplicas": 5}]),
+    ))
+    .await;
+    hpa_is(&rig, "left", 2, 5, true).await;
+    replicas_are(&rig, "left", 2).await;
+
+    // Moonin is down; someone strips the finalizer and deletes the template.
+    rig.kill();
+    rig.templates()
+        .patch(
+            "gone",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("strip finalizer");
+    let _ = rig
+        .templates()
+        .delete("gone", &DeleteParams::default())
+        .await;
+    wait_for(
+        "the template to be gone",
+        Duration::from_secs(20),
+        || async {
+            rig.templates()
+                .get_opt("gone")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        rig.hpas().get("left").await.expect("hpa").spec.min_replicas,
+        Some(2),
+        "nothing restored it while Moonin was down"
+    );
+
+    rig.start().await;
+    let after = hpa_is(&rig, "left", 1, 3, false).await;
+    assert_eq!(after.spec, before.spec);
+    replicas_are(&rig, "left", 1).await;
+    let notes = wait_for(
+        "a Reverted Event on the HPA",
+        Duration::from_secs(10),
+        || async {
+            let e = rig.events("left", "Reverted").await;
+            (!e.is_empty()).then_some(e)
+        },
+    )
+    .await;
+    assert!(
+        notes.iter().any(|n| n.contains("no longer exists")),
+        "{notes:?}"
+    );
+}

@@ -4,4 +4,5 @@
 
 pub mod api;
 pub mod manager;
+pub mod sandbox;
 pub mod scaling;

@@ -32,9 +32,12 @@ pub struct Registered {
 }
 
 /// Every controller built into this binary. A controller appears here only once it works;
-/// the sandbox and discovery controllers land with their issues.
+/// the discovery controller lands with its issue.
 pub fn registry() -> Vec<Registered> {
-    vec![crate::scaling::controller::registered()]
+    vec![
+        crate::scaling::controller::registered(),
+        crate::sandbox::controller::registered(),
+    ]
 }
 
 /// Resolves `--controllers` against the registry: empty means all registered ones.

@@ -1,6 +1,7 @@
 //! The manager: one process that runs the selected controllers behind leader election,
 //! with health, readiness and metrics endpoints and a graceful shutdown.
 
+pub mod cache;
 pub mod controllers;
 pub mod http;
 pub mod leader;

@@ -3,17 +3,17 @@
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
-use futures::{FutureExt, StreamExt, future::BoxFuture};
+use futures::{StreamExt, future::BoxFuture};
 use jiff::Timestamp;
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
 use kube::{
-    Api, Client, Resource, ResourceExt,
+    Api, Client, ResourceExt,
     core::object::HasStatus,
     runtime::{
-        Controller, WatchStreamExt,
+        Controller,
         controller::Action,
         events::{Recorder, Reporter},
-        reflector::{self, ObjectRef, Store},
+        reflector::{ObjectRef, Store},
         watcher,
     },
 };
@@ -25,6 +25,7 @@ use super::keda::ScaledObject;
 use super::load::{self, Stores, Template};
 use crate::api::scaling::{ClusterScalingTemplate, ScalingTemplate, ScalingTemplateStatus};
 use crate::manager::{
+    cache,
     controllers::{Context, Registered},
     http::Readiness,
     metrics::{ControllerLabels, ErrorLabels},
@@ -47,47 +48,9 @@ fn watch_config() -> watcher::Config {
     watcher::Config::default().page_size(500)
 }
 
-/// Starts a shared reflector and returns its store, a subscriber stream and the future
-/// that drives it.
-fn shared<K>(
-    api: Api<K>,
-    trim: fn(&mut K),
-) -> (
-    Store<K>,
-    reflector::ReflectHandle<K>,
-    BoxFuture<'static, ()>,
-)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store_shared::<K>(1024);
-    let subscriber = writer
-        .subscribe()
-        .expect("a shared store always has a subscriber handle");
-    let drive = reflector::reflector(
-        writer,
-        watcher(api, watch_config()).default_backoff().modify(trim),
-    )
-    .for_each(|event| async move {
-        if let Err(e) = event {
-            tracing::warn!(error = %e, "watch error; retrying");
-        }
-    })
-    .boxed();
-    (store, subscriber, drive)
-}
-
 fn trim_deployment(d: &mut Deployment) {
     d.managed_fields_mut().clear();
-    if let Some(a) = d.metadata.annotations.as_mut() {
-        a.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
+    cache::strip_last_applied(&mut d.metadata);
     if let Some(spec) = d.spec.as_mut() {
         spec.template = Default::default();
     }
@@ -95,16 +58,12 @@ fn trim_deployment(d: &mut Deployment) {
 }
 
 fn trim_hpa(h: &mut HorizontalPodAutoscaler) {
-    if let Some(a) = h.metadata.annotations.as_mut() {
-        a.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
+    cache::strip_last_applied(&mut h.metadata);
     h.status = None;
 }
 
 fn trim_scaled_object(s: &mut ScaledObject) {
-    if let Some(a) = s.metadata.annotations.as_mut() {
-        a.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
+    cache::strip_last_applied(&mut s.metadata);
 }
 
 async fn keda_installed(client: &Client) -> bool {
@@ -252,30 +211,53 @@ async fn sweep_loop(shared: Arc<Shared>, shutdown: tokio_util::sync::Cancellatio
 /// Runs the scaling controller until shutdown.
 pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     let client = ctx.client.clone();
-    let (deployments, dep_sub, dep_drive) =
-        shared::<Deployment>(Api::all(client.clone()), trim_deployment);
-    let (hpas, hpa_sub, hpa_drive) =
-        shared::<HorizontalPodAutoscaler>(Api::all(client.clone()), trim_hpa);
-    let mut drives = vec![dep_drive, hpa_drive];
-    let (scaled_objects, so_sub) = if keda_installed(&client).await {
-        let (s, sub, drive) = shared::<ScaledObject>(Api::all(client.clone()), trim_scaled_object);
-        drives.push(drive);
-        (Some(s), Some(sub))
-    } else {
-        tracing::info!(
-            "KEDA's ScaledObject CRD is not installed: ScaledObjects are ignored (restart Moonin after installing KEDA)"
-        );
-        (None, None)
-    };
-
     let ns_ctl = Controller::new(Api::<ScalingTemplate>::all(client.clone()), watch_config());
     let cl_ctl = Controller::new(
         Api::<ClusterScalingTemplate>::all(client.clone()),
         watch_config(),
     );
+    let (ns_store, cl_store) = (ns_ctl.store(), cl_ctl.store());
+    let (ns_tx, ns_rx) = cache::requests::<ScalingTemplate>();
+    let (cl_tx, cl_rx) = cache::requests::<ClusterScalingTemplate>();
+    macro_rules! triggers {
+        ($target:expr) => {
+            vec![
+                trigger(ns_store.clone(), ns_tx.clone(), $target),
+                trigger(cl_store.clone(), cl_tx.clone(), $target),
+            ]
+        };
+    }
+    let (deployments, dep_drive) = cache::cache::<Deployment>(
+        Api::all(client.clone()),
+        watch_config(),
+        trim_deployment,
+        triggers!(deployment_target),
+    );
+    let (hpas, hpa_drive) = cache::cache::<HorizontalPodAutoscaler>(
+        Api::all(client.clone()),
+        watch_config(),
+        trim_hpa,
+        triggers!(load::hpa_target),
+    );
+    let mut drives = vec![dep_drive, hpa_drive];
+    let scaled_objects = if keda_installed(&client).await {
+        let (s, drive) = cache::cache::<ScaledObject>(
+            Api::all(client.clone()),
+            watch_config(),
+            trim_scaled_object,
+            triggers!(load::scaled_object_target),
+        );
+        drives.push(drive);
+        Some(s)
+    } else {
+        tracing::info!(
+            "KEDA's ScaledObject CRD is not installed: ScaledObjects are ignored (restart Moonin after installing KEDA)"
+        );
+        None
+    };
     let stores = Stores {
-        templates: ns_ctl.store(),
-        cluster_templates: cl_ctl.store(),
+        templates: ns_store.clone(),
+        cluster_templates: cl_store.clone(),
         deployments,
         hpas,
         scaled_objects,
@@ -318,36 +300,26 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         }
     };
 
-    let ns_ctl = with_watches(
-        ns_ctl,
-        &dep_sub,
-        &hpa_sub,
-        so_sub.as_ref(),
-        stores.templates.clone(),
-    )
-    .reconcile_all_on(leader.acquisitions())
-    .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-    .run(
-        reconcile::<ScalingTemplate>,
-        error_policy::<ScalingTemplate>,
-        shared_state.clone(),
-    )
-    .for_each(|_| async {});
-    let cl_ctl = with_watches(
-        cl_ctl,
-        &dep_sub,
-        &hpa_sub,
-        so_sub.as_ref(),
-        stores.cluster_templates.clone(),
-    )
-    .reconcile_all_on(leader.acquisitions())
-    .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-    .run(
-        reconcile::<ClusterScalingTemplate>,
-        error_policy::<ClusterScalingTemplate>,
-        shared_state.clone(),
-    )
-    .for_each(|_| async {});
+    let ns_ctl = ns_ctl
+        .reconcile_on(ns_rx)
+        .reconcile_all_on(leader.acquisitions())
+        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
+        .run(
+            reconcile::<ScalingTemplate>,
+            error_policy::<ScalingTemplate>,
+            shared_state.clone(),
+        )
+        .for_each(|_| async {});
+    let cl_ctl = cl_ctl
+        .reconcile_on(cl_rx)
+        .reconcile_all_on(leader.acquisitions())
+        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
+        .run(
+            reconcile::<ClusterScalingTemplate>,
+            error_policy::<ClusterScalingTemplate>,
+            shared_state.clone(),
+        )
+        .for_each(|_| async {});
 
     let shutdown = ctx.shutdown.clone();
     let sweeper = {
@@ -357,7 +329,13 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
             wait_ready.await;
             readiness.report_synced();
             tracing::info!("scaling caches synced");
-            sweep_loop(shared_state, shutdown).await;
+            // A new leader sweeps at once: the previous one may have died mid-revert.
+            let notify = shared_state.sweep.clone();
+            let wake = shared_state.leader.acquisitions().for_each(move |()| {
+                notify.notify_one();
+                futures::future::ready(())
+            });
+            futures::future::join(sweep_loop(shared_state, shutdown), wake).await;
         }
     };
     tokio::select! {
@@ -368,44 +346,31 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn with_watches<T>(
-    ctl: Controller<T>,
-    deps: &reflector::ReflectHandle<Deployment>,
-    hpas: &reflector::ReflectHandle<HorizontalPodAutoscaler>,
-    sos: Option<&reflector::ReflectHandle<ScaledObject>>,
+/// A trigger for templates of kind `T`: a change to an object scaling (or being) a target
+/// an action names, or carrying the template's marks, reconciles the template.
+fn trigger<T, K>(
     store: Store<T>,
-) -> Controller<T>
+    tx: futures::channel::mpsc::UnboundedSender<ObjectRef<T>>,
+    target: fn(&K) -> Option<TargetKey>,
+) -> cache::Trigger<K>
 where
-    T: Template + HasStatus<Status = ScalingTemplateStatus>,
+    T: Template,
+    K: kube::Resource + 'static,
 {
-    let s1 = store.clone();
-    let s2 = store.clone();
-    let ctl = ctl
-        .watches_shared_stream(deps.clone(), move |d: Arc<Deployment>| {
-            let key = TargetKey {
-                namespace: d.namespace().unwrap_or_default(),
-                name: d.name_any(),
-            };
-            interested(&s1, Some(&key), load::owner_uid(&d.metadata).as_deref())
-        })
-        .watches_shared_stream(hpas.clone(), move |h: Arc<HorizontalPodAutoscaler>| {
-            interested(
-                &s2,
-                load::hpa_target(&h).as_ref(),
-                load::owner_uid(&h.metadata).as_deref(),
-            )
-        });
-    match sos {
-        Some(sos) => {
-            let s3 = store;
-            ctl.watches_shared_stream(sos.clone(), move |so: Arc<ScaledObject>| {
-                interested(
-                    &s3,
-                    load::scaled_object_target(&so).as_ref(),
-                    load::owner_uid(&so.metadata).as_deref(),
-                )
-            })
+    Box::new(move |o: &K| {
+        for r in interested(
+            &store,
+            target(o).as_ref(),
+            load::owner_uid(o.meta()).as_deref(),
+        ) {
+            let _ = tx.unbounded_send(r);
         }
-        None => ctl,
-    }
+    })
+}
+
+fn deployment_target(d: &Deployment) -> Option<TargetKey> {
+    Some(TargetKey {
+        namespace: d.namespace().unwrap_or_default(),
+        name: d.name_any(),
+    })
 }

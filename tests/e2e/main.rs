@@ -7,4 +7,5 @@
 mod common;
 mod foundation;
 mod harness;
+mod sandbox;
 mod scaling;

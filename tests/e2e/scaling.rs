@@ -23,11 +23,17 @@ pub struct Rig {
     pub kubeconfig: std::path::PathBuf,
     pub manager: Option<Manager>,
     identity: String,
+    args: Vec<String>,
     _serial: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl Rig {
     pub async fn new(client: Client, prefix: &str) -> Self {
+        Self::with_args(client, prefix, &[]).await
+    }
+
+    /// Like [`Rig::new`], with extra `moonin run` arguments (e.g. `--controllers`).
+    pub async fn with_args(client: Client, prefix: &str, args: &[&str]) -> Self {
         let serial = harness::serial().await;
         install_crds(&client).await;
         let mut ns = TestNamespace::new(&client, prefix).await;
@@ -40,6 +46,7 @@ impl Rig {
             kubeconfig,
             manager: None,
             identity,
+            args: args.iter().map(|a| a.to_string()).collect(),
             _serial: serial,
         };
         rig.start().await;
@@ -49,12 +56,9 @@ impl Rig {
     /// Starts (or, after [`Rig::kill`], restarts) the manager. The identity stays the
     /// same, as for a container restarted in its Pod, so it leads again at once.
     pub async fn start(&mut self) {
-        let m = Manager::start(
-            &self.kubeconfig,
-            &self.identity,
-            &["--namespace", &self.ns.name],
-        )
-        .await;
+        let mut args: Vec<&str> = vec!["--namespace", &self.ns.name];
+        args.extend(self.args.iter().map(String::as_str));
+        let m = Manager::start(&self.kubeconfig, &self.identity, &args).await;
         wait_for(
             "the manager to be ready",
             Duration::from_secs(30),
@@ -78,7 +82,7 @@ impl Rig {
         }
     }
 
-    /// Sum of `moonin_api_writes_total` over every kind.
+    /// Sum of the scaling controller's `moonin_api_writes_total` over every kind.
     pub fn writes(&self) -> f64 {
         let body = self
             .manager
@@ -87,7 +91,9 @@ impl Rig {
             .map(|r| r.1)
             .unwrap_or_default();
         body.lines()
-            .filter(|l| l.starts_with("moonin_api_writes_total{"))
+            .filter(|l| {
+                l.starts_with("moonin_api_writes_total{") && l.contains("controller=\"scaling\"")
+            })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     }
@@ -178,6 +184,37 @@ impl Rig {
     pub async fn template_status(&self, name: &str) -> Value {
         let t = self.templates().get(name).await.expect("template");
         serde_json::to_value(t.status).unwrap_or(Value::Null)
+    }
+
+    /// Waits for a condition on any Moonin object of kind `K` in the namespace.
+    pub async fn condition_of<K>(
+        &self,
+        name: &str,
+        type_: &str,
+        status: &str,
+        reason: &str,
+    ) -> Value
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), self.ns());
+        wait_for(
+            &format!("{name}: {type_}={status} ({reason})"),
+            Duration::from_secs(30),
+            || async {
+                let v = serde_json::to_value(api.get(name).await.ok()?).ok()?;
+                v["status"]["conditions"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["type"] == type_ && c["status"] == status && c["reason"] == reason)
+                    .cloned()
+            },
+        )
+        .await
     }
 
     /// Waits for a template condition with this status and reason.

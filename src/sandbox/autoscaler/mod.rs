@@ -1,0 +1,125 @@
+//! The SandboxPool autoscaler's pure core: a plain-data [`Snapshot`] of one Pool goes into
+//! [`decide()`], which returns the [`Decision`]: the new `spec.replicas`, the complete next
+//! `status.autoScaling`, the Pods to mark or unmark, the conditions, the Events and when to
+//! look again. No client, no clock, no I/O (DESIGN.md §1 and §2.2).
+//!
+//! Every name the autoscaler writes (annotation key, condition types, reasons, session
+//! states, attempt results) is defined once, here; Load and Commit use these constants.
+//!
+//! The commit contract, in order:
+//! 1. mark ([`Decision::marks`]) and unmark ([`Decision::unmarks`]) Pods, each patch
+//!    guarded by the Pod's `resourceVersion`. If any **mark** fails (the Pod changed —
+//!    usually a claim won the race), remove the marks this decision placed, write nothing
+//!    else and requeue at once: the next Load sees the change. A failed unmark is ignored
+//!    (the Pod is gone, or the next decision sees it again).
+//! 2. write `spec.replicas` = [`Decision::desired_replicas`] (field manager
+//!    `moonin-sandbox`, guarded by the Pool's `resourceVersion`), when it changed;
+//! 3. write the status once: `autoScaling` = [`Decision::status`] and the
+//!    [`Decision::conditions`] merged into the Pool's conditions, when either changed;
+//! 4. publish [`Decision::events`], only after the writes succeeded;
+//! 5. record [`Decision::recommendation`] in the Pool's [`RecommendationHistory`] and
+//!    requeue at [`Decision::requeue_at`].
+//!
+//! Marked Pods are deleted by the pool controller (it finds more Pods than `spec.replicas`
+//! and removes marked Pods first, with a UID + `resourceVersion` precondition), never by
+//! the autoscaler and never a claimed Pod.
+
+pub mod decide;
+pub mod snapshot;
+
+use jiff::SignedDuration;
+
+pub use decide::{
+    Decision, EventType, PodMark, PodRef, PodUnmark, PoolEvent, UnmarkReason, decide, decision_id,
+};
+pub use snapshot::{
+    Admission, InFlight, PodState, PoolPod, PoolView, QueueStats, Recommendation,
+    RecommendationHistory, ScaleDownMark, SiblingPool, Snapshot,
+};
+
+/// How long a scale-down mark protects a Pod from binding. The pool controller deletes a
+/// marked Pod within a reconcile (well under a second); a minute leaves room for retries
+/// and a leader change, and bounds how long a crash can leave an idle Pod unclaimable.
+pub const MARK_TTL: SignedDuration = SignedDuration::from_secs(60);
+
+/// The shortest time a limited scale-up keeps the Pool `Saturated` before the next attempt
+/// (`saturatedUntil = now + max(cooldownSeconds, this)`), so a zero cooldown cannot turn a
+/// full quota into a hot loop of rejected attempts.
+pub const SATURATION_BACKOFF_MIN: SignedDuration = SignedDuration::from_secs(10);
+
+/// The slow safety resync: a Pool is decided again at least this often.
+pub const RESYNC: SignedDuration = SignedDuration::from_mins(5);
+
+/// Annotation keys.
+pub mod annotations {
+    /// On a Pod chosen for scale-down: `{"decision": "<id>", "expiresAt": "<RFC 3339>"}`
+    /// (see [`ScaleDownMark`](super::ScaleDownMark)). Binding refuses a marked Pod.
+    pub const SCALE_DOWN: &str = "moonin.io/scale-down";
+}
+
+/// Condition types the autoscaler owns on a `SandboxPool` (it is their only writer).
+pub mod condition_types {
+    /// True while the namespace accepted only part of (or none of) the last scale-up.
+    pub const SATURATED: &str = "Saturated";
+    /// True while the group's bounds stop the Pool from growing or shrinking as it would.
+    pub const SCALING_LIMITED: &str = "ScalingLimited";
+}
+
+/// Condition and Event reasons.
+pub mod reasons {
+    /// Condition `Saturated=True`, Event (Warning): the scale-up was only partly accepted.
+    pub const PARTIAL_SCALE_UP: &str = "PartialScaleUp";
+    /// Condition `Saturated=True`, Event (Warning): no Pod of the scale-up was accepted.
+    pub const SCALE_UP_REJECTED: &str = "ScaleUpRejected";
+    /// Condition `Saturated=False`.
+    pub const NOT_SATURATED: &str = "NotSaturated";
+    /// Condition `ScalingLimited=True`: the group's `maxReplicas` caps a wanted scale-up.
+    pub const GROUP_MAX_REACHED: &str = "GroupMaxReached";
+    /// Condition `ScalingLimited=True`: the group's `minReplicas` keeps idle Pods that
+    /// would otherwise be removed.
+    pub const GROUP_MIN_REACHED: &str = "GroupMinReached";
+    /// Condition `ScalingLimited=False`.
+    pub const WITHIN_BOUNDS: &str = "WithinBounds";
+    /// Condition `ScalingLimited=False`: no group, or the group is disabled.
+    pub const AUTOSCALING_DISABLED: &str = "AutoscalingDisabled";
+    /// Event (Normal): the Pool grew as wanted.
+    pub const SCALED_UP: &str = "ScaledUp";
+    /// Event (Normal): a scale-down session marked its first Pods.
+    pub const SCALE_DOWN_STARTED: &str = "ScaleDownStarted";
+    /// Event (Normal): a scale-down session marked more Pods.
+    pub const SCALE_DOWN_STEPPED: &str = "ScaleDownStepped";
+    /// Event (Normal): every Pod a session marked is gone.
+    pub const SCALE_DOWN_COMPLETED: &str = "ScaleDownCompleted";
+    /// Event (Normal): claims arrived (or autoscaling was switched off) mid-session; the
+    /// session's marks are removed.
+    pub const SCALE_DOWN_ABORTED: &str = "ScaleDownAborted";
+    /// Event (Warning): marks expired without their Pods being deleted; marks removed.
+    pub const SCALE_DOWN_STUCK: &str = "ScaleDownStuck";
+    /// Event (Warning): a claimed Pod carried a scale-down mark (a binding raced the mark
+    /// elsewhere); the mark is removed so the Pod is never deleted, and its replica kept.
+    pub const MARKED_POD_CLAIMED: &str = "MarkedPodClaimed";
+}
+
+/// Values of `status.autoScaling.scaleDownSession.state`.
+pub mod session_states {
+    /// The first Pods are marked.
+    pub const STARTED: &str = "Started";
+    /// More Pods were marked after the previous ones were deleted.
+    pub const STEPPED: &str = "Stepped";
+    /// Every marked Pod is gone (terminal).
+    pub const COMPLETED: &str = "Completed";
+    /// Claims arrived or autoscaling was switched off; marks removed (terminal).
+    pub const ABORTED: &str = "Aborted";
+    /// Marks expired with their Pods still there; marks removed (terminal).
+    pub const STUCK: &str = "Stuck";
+}
+
+/// Values of `status.autoScaling.lastScaleUpAttempt.result`.
+pub mod attempt_results {
+    /// Every Pod asked for was accepted.
+    pub const FULL: &str = "Full";
+    /// Some, not all, were accepted.
+    pub const PARTIAL: &str = "Partial";
+    /// None was accepted.
+    pub const REJECTED: &str = "Rejected";
+}

@@ -1,0 +1,585 @@
+//! The pool's Pods and claims, decided purely: which Pods to create or delete so the pool
+//! matches `spec.replicas`, which Pending claims bind to which idle Pods (FIFO), and which
+//! claimed Pods are released. The controller turns the [`PoolPlan`] into guarded writes.
+//!
+//! Cache lag never creates extra Pods: Pods this process created that the cache does not
+//! show yet count as present, and Pods already being deleted count as gone.
+
+use jiff::{SignedDuration, Timestamp};
+
+use crate::api::sandbox::RecyclePolicy;
+
+/// Labels and annotations the sandbox controllers put on Pods.
+pub mod keys {
+    /// Label: the pool a sandbox Pod belongs to.
+    pub const POOL: &str = "moonin.io/pool";
+    /// Label: `idle` or `claimed`.
+    pub const STATE: &str = "moonin.io/state";
+    /// Annotation: when the Pod entered its state (RFC 3339).
+    pub const STATE_SINCE: &str = "moonin.io/state-since";
+    /// Annotation: the claim holding the Pod, `<name>/<uid>`.
+    pub const CLAIM: &str = "moonin.io/claim";
+    /// Annotation: the Pod is marked for removal by a scale-down (decision id and expiry).
+    pub const SCALE_DOWN: &str = "moonin.io/scale-down";
+    /// Value of [`STATE`] for a free Pod.
+    pub const IDLE: &str = "idle";
+    /// Value of [`STATE`] for a bound Pod.
+    pub const CLAIMED: &str = "claimed";
+}
+
+/// A sandbox Pod, as the planner sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodView {
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// resourceVersion it was read at.
+    pub resource_version: String,
+    /// Ready condition True.
+    pub ready: bool,
+    /// `status.podIP`.
+    pub ip: Option<String>,
+    /// `deletionTimestamp` set.
+    pub terminating: bool,
+    /// Phase `Failed` or `Succeeded`: it will never serve again.
+    pub finished: bool,
+    /// The claim holding it, `(name, uid)`.
+    pub claim: Option<(String, String)>,
+    /// Marked for removal by a scale-down (never bound).
+    pub marked: bool,
+    /// When it entered its current state (idle since / claimed since), else its creation.
+    pub since: Timestamp,
+}
+
+impl PodView {
+    /// Ready, with an IP, not claimed, not marked, not terminating: may be bound.
+    pub fn bindable(&self) -> bool {
+        self.ready
+            && self.ip.is_some()
+            && self.claim.is_none()
+            && !self.marked
+            && !self.terminating
+            && !self.finished
+    }
+}
+
+/// A claim that targets this pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimView {
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// Creation time (FIFO order).
+    pub created: Timestamp,
+    /// `status.phase`.
+    pub phase: Option<String>,
+    /// `status.podName`.
+    pub pod_name: Option<String>,
+}
+
+impl ClaimView {
+    fn pending(&self) -> bool {
+        matches!(self.phase.as_deref(), None | Some("Pending")) && self.pod_name.is_none()
+    }
+}
+
+/// Everything the planner needs about one pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolSnapshot {
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// `spec.recyclePolicy`.
+    pub recycle: RecyclePolicy,
+    /// The pool's Pods in the cache.
+    pub pods: Vec<PodView>,
+    /// Names of Pods created by this process that the cache does not show yet.
+    pub in_flight_creates: Vec<String>,
+    /// Claims that target this pool (poolRef, or envRef to its env and group).
+    pub claims: Vec<ClaimView>,
+    /// Claims bound elsewhere or by name, to tell a missing claim from a slow cache: the
+    /// claim cache has synced.
+    pub claims_synced: bool,
+}
+
+/// One write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodOp {
+    /// Create a Pod with this name from the template.
+    Create(String),
+    /// Bind: mark the Pod claimed (guarded by its resourceVersion), then the claim Bound.
+    Bind {
+        /// Pod name.
+        pod: String,
+        /// Pod resourceVersion.
+        resource_version: String,
+        /// Pod IP.
+        ip: String,
+        /// Claim name.
+        claim: String,
+        /// Claim UID.
+        claim_uid: String,
+    },
+    /// The Pod already names the claim (a crash came between the two writes): finish by
+    /// writing the claim's status.
+    FinishBind {
+        /// Pod name.
+        pod: String,
+        /// Pod IP.
+        ip: Option<String>,
+        /// Claim name.
+        claim: String,
+    },
+    /// Return a claimed Pod to idle (`Reuse`, or a binding that lost a race).
+    Unclaim {
+        /// Pod name.
+        pod: String,
+        /// Pod resourceVersion.
+        resource_version: String,
+    },
+    /// Delete a Pod (released with `Replace`, finished, or in excess), preconditioned on
+    /// its UID and resourceVersion.
+    Delete {
+        /// Pod name.
+        pod: String,
+        /// UID precondition.
+        uid: String,
+        /// resourceVersion precondition.
+        resource_version: String,
+    },
+}
+
+/// The answer of [`plan`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PoolPlan {
+    /// Writes, in order: releases, deletes, binds, creates.
+    pub ops: Vec<PodOp>,
+    /// Counts for the pool status, after the plan.
+    pub counts: Counts,
+    /// Pending claims left without a Pod (the autoscaler's queue).
+    pub queued: usize,
+}
+
+/// Pool status counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Pods that exist or are being created, not terminating.
+    pub replicas: i32,
+    /// Ready Pods.
+    pub ready: i32,
+    /// Ready, free Pods.
+    pub idle: i32,
+    /// Bound Pods.
+    pub claimed: i32,
+}
+
+/// Picks a fresh Pod name: `<pool>-<5 chars>` derived from `seed`.
+pub fn pod_name(pool: &str, seed: u64) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut n = seed;
+    let mut suffix = String::with_capacity(5);
+    for _ in 0..5 {
+        suffix.push(ALPHABET[(n % ALPHABET.len() as u64) as usize] as char);
+        n /= ALPHABET.len() as u64;
+    }
+    let base: String = pool.chars().take(63 - 6).collect();
+    format!("{}-{suffix}", base.trim_end_matches('-'))
+}
+
+/// Plans one pool. `fresh_names` supplies names for new Pods.
+pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> PoolPlan {
+    let mut ops = Vec::new();
+    let claims_by_uid = |uid: &str| snap.claims.iter().find(|c| c.uid == uid);
+    let mut live: Vec<&PodView> = Vec::new();
+    let mut bound_claims: Vec<&str> = Vec::new();
+
+    for pod in &snap.pods {
+        if pod.terminating {
+            continue;
+        }
+        if pod.finished {
+            ops.push(delete(pod));
+            continue;
+        }
+        if let Some((claim_name, claim_uid)) = &pod.claim {
+            match claims_by_uid(claim_uid) {
+                Some(c) if c.pod_name.as_deref() == Some(pod.name.as_str()) => {
+                    if c.phase.as_deref() == Some("Released") {
+                        ops.push(release(pod, snap.recycle));
+                        if snap.recycle == RecyclePolicy::Reuse {
+                            live.push(pod);
+                        }
+                        continue;
+                    }
+                    bound_claims.push(&c.uid);
+                }
+                Some(c) if c.pending() => {
+                    ops.push(PodOp::FinishBind {
+                        pod: pod.name.clone(),
+                        ip: pod.ip.clone(),
+                        claim: claim_name.clone(),
+                    });
+                    bound_claims.push(&c.uid);
+                }
+                Some(_) => {
+                    // The claim is bound to another Pod: this one lost a race; free it.
+                    ops.push(PodOp::Unclaim {
+                        pod: pod.name.clone(),
+                        resource_version: pod.resource_version.clone(),
+                    });
+                }
+                None if snap.claims_synced => {
+                    // The claim was deleted: release its sandbox.
+                    ops.push(release(pod, snap.recycle));
+                    if snap.recycle == RecyclePolicy::Reuse {
+                        live.push(pod);
+                    }
+                    continue;
+                }
+                None => {}
+            }
+        }
+        live.push(pod);
+    }
+
+    // FIFO binding: oldest Pending claim first, to the Pod idle the longest.
+    let mut pending: Vec<&ClaimView> = snap
+        .claims
+        .iter()
+        .filter(|c| c.pending() && !bound_claims.contains(&c.uid.as_str()))
+        .collect();
+    pending.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+    let mut idle: Vec<&PodView> = live.iter().copied().filter(|p| p.bindable()).collect();
+    idle.sort_by(|a, b| (a.since, &a.name).cmp(&(b.since, &b.name)));
+    let binds = pending.len().min(idle.len());
+    for (claim, pod) in pending.iter().zip(idle.iter()) {
+        ops.push(PodOp::Bind {
+            pod: pod.name.clone(),
+            resource_version: pod.resource_version.clone(),
+            ip: pod.ip.clone().unwrap_or_default(),
+            claim: claim.name.clone(),
+            claim_uid: claim.uid.clone(),
+        });
+    }
+
+    // Size: existing live Pods plus creates the cache has not shown yet.
+    let present = live.len() + snap.in_flight_creates.len();
+    let wanted = usize::try_from(snap.replicas.max(0)).unwrap_or(0);
+    if present < wanted {
+        for _ in 0..wanted - present {
+            ops.push(PodOp::Create(fresh_names()));
+        }
+    } else if present > wanted {
+        // Excess: never a claimed or marked Pod, never one just bound; starting Pods
+        // first, then the most recently idle.
+        let bound_now: Vec<&str> = ops
+            .iter()
+            .filter_map(|o| match o {
+                PodOp::Bind { pod, .. } => Some(pod.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mut spare: Vec<&PodView> = live
+            .iter()
+            .copied()
+            .filter(|p| p.claim.is_none() && !p.marked && !bound_now.contains(&p.name.as_str()))
+            .collect();
+        spare.sort_by(|a, b| {
+            (a.ready, std::cmp::Reverse(a.since)).cmp(&(b.ready, std::cmp::Reverse(b.since)))
+        });
+        for p in spare.into_iter().take(present - wanted) {
+            ops.push(delete(p));
+        }
+    }
+
+    let deleted: Vec<&str> = ops
+        .iter()
+        .filter_map(|o| match o {
+            PodOp::Delete { pod, .. } => Some(pod.as_str()),
+            _ => None,
+        })
+        .collect();
+    let remaining: Vec<&&PodView> = live
+        .iter()
+        .filter(|p| !deleted.contains(&p.name.as_str()))
+        .collect();
+    let creates = ops.iter().filter(|o| matches!(o, PodOp::Create(_))).count();
+    let claimed = remaining.iter().filter(|p| p.claim.is_some()).count() + binds;
+    let idle_after = remaining.iter().filter(|p| p.bindable()).count() - binds.min(idle.len());
+    let counts = Counts {
+        replicas: (remaining.len() + snap.in_flight_creates.len() + creates) as i32,
+        ready: remaining.iter().filter(|p| p.ready).count() as i32,
+        idle: idle_after as i32,
+        claimed: claimed as i32,
+    };
+    PoolPlan {
+        ops,
+        counts,
+        queued: pending.len() - binds,
+    }
+}
+
+fn delete(p: &PodView) -> PodOp {
+    PodOp::Delete {
+        pod: p.name.clone(),
+        uid: p.uid.clone(),
+        resource_version: p.resource_version.clone(),
+    }
+}
+
+fn release(p: &PodView, recycle: RecyclePolicy) -> PodOp {
+    match recycle {
+        RecyclePolicy::Reuse => PodOp::Unclaim {
+            pod: p.name.clone(),
+            resource_version: p.resource_version.clone(),
+        },
+        RecyclePolicy::Replace | RecyclePolicy::Unknown => delete(p),
+    }
+}
+
+/// How long a create may stay invisible in the cache before it is forgotten (the create
+/// failed silently or the Pod was deleted before the cache saw it).
+pub const IN_FLIGHT_TTL: SignedDuration = SignedDuration::from_secs(30);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    fn pod(name: &str, ready: bool) -> PodView {
+        PodView {
+            name: name.into(),
+            uid: format!("{name}-uid"),
+            resource_version: "1".into(),
+            ready,
+            ip: ready.then(|| "10.0.0.1".to_string()),
+            terminating: false,
+            finished: false,
+            claim: None,
+            marked: false,
+            since: t(0),
+        }
+    }
+
+    fn claim(name: &str, created: i64) -> ClaimView {
+        ClaimView {
+            name: name.into(),
+            uid: format!("{name}-uid"),
+            created: t(created),
+            phase: None,
+            pod_name: None,
+        }
+    }
+
+    fn snap(replicas: i32, pods: Vec<PodView>, claims: Vec<ClaimView>) -> PoolSnapshot {
+        PoolSnapshot {
+            replicas,
+            recycle: RecyclePolicy::Replace,
+            pods,
+            in_flight_creates: vec![],
+            claims,
+            claims_synced: true,
+        }
+    }
+
+    fn names() -> impl FnMut() -> String {
+        let mut n = 0;
+        move || {
+            n += 1;
+            format!("new-{n}")
+        }
+    }
+
+    #[test]
+    fn an_empty_pool_fills_up() {
+        let p = plan(&snap(3, vec![], vec![]), names());
+        assert_eq!(
+            p.ops,
+            vec![
+                PodOp::Create("new-1".into()),
+                PodOp::Create("new-2".into()),
+                PodOp::Create("new-3".into())
+            ]
+        );
+        assert_eq!(p.counts.replicas, 3);
+    }
+
+    #[test]
+    fn creates_the_cache_has_not_seen_count_so_nothing_is_created_twice() {
+        let mut s = snap(3, vec![pod("a", true)], vec![]);
+        s.in_flight_creates = vec!["b".into(), "c".into()];
+        assert_eq!(plan(&s, names()).ops, vec![]);
+    }
+
+    #[test]
+    fn terminating_pods_count_as_gone() {
+        let mut dying = pod("a", true);
+        dying.terminating = true;
+        let p = plan(&snap(1, vec![dying], vec![]), names());
+        assert_eq!(p.ops, vec![PodOp::Create("new-1".into())]);
+    }
+
+    #[test]
+    fn claims_bind_fifo_to_ready_idle_pods_with_an_ip() {
+        let mut older = pod("older", true);
+        older.since = t(-10);
+        let starting = pod("starting", false);
+        let mut marked = pod("marked", true);
+        marked.marked = true;
+        let p = plan(
+            &snap(
+                4,
+                vec![pod("newer", true), older, starting, marked],
+                vec![claim("second", 5), claim("first", 1), claim("third", 9)],
+            ),
+            names(),
+        );
+        let binds: Vec<(String, String)> = p
+            .ops
+            .iter()
+            .filter_map(|o| match o {
+                PodOp::Bind { pod, claim, .. } => Some((claim.clone(), pod.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            binds,
+            vec![
+                ("first".to_string(), "older".to_string()),
+                ("second".to_string(), "newer".to_string())
+            ],
+            "FIFO, the longest-idle Pod first, never a marked or unready Pod"
+        );
+        assert_eq!(p.queued, 1);
+        assert_eq!(p.counts.idle, 0);
+        assert_eq!(p.counts.claimed, 2);
+    }
+
+    #[test]
+    fn a_bound_pod_whose_claim_is_deleted_is_replaced_or_reused() {
+        let mut held = pod("a", true);
+        held.claim = Some(("gone".into(), "gone-uid".into()));
+        let p = plan(&snap(1, vec![held.clone()], vec![]), names());
+        assert_eq!(
+            p.ops,
+            vec![
+                PodOp::Delete {
+                    pod: "a".into(),
+                    uid: "a-uid".into(),
+                    resource_version: "1".into()
+                },
+                PodOp::Create("new-1".into())
+            ]
+        );
+        let mut s = snap(1, vec![held], vec![]);
+        s.recycle = RecyclePolicy::Reuse;
+        assert_eq!(
+            plan(&s, names()).ops,
+            vec![PodOp::Unclaim {
+                pod: "a".into(),
+                resource_version: "1".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_missing_claim_in_an_unsynced_cache_releases_nothing() {
+        let mut held = pod("a", true);
+        held.claim = Some(("x".into(), "x-uid".into()));
+        let mut s = snap(1, vec![held], vec![]);
+        s.claims_synced = false;
+        assert_eq!(plan(&s, names()).ops, vec![]);
+    }
+
+    #[test]
+    fn a_crash_between_the_pod_and_the_claim_write_is_finished() {
+        let mut held = pod("a", true);
+        held.claim = Some(("c".into(), "c-uid".into()));
+        let p = plan(&snap(1, vec![held], vec![claim("c", 0)]), names());
+        assert_eq!(
+            p.ops,
+            vec![PodOp::FinishBind {
+                pod: "a".into(),
+                ip: Some("10.0.0.1".into()),
+                claim: "c".into()
+            }]
+        );
+        assert_eq!(p.queued, 0);
+    }
+
+    #[test]
+    fn a_pod_that_lost_a_binding_race_is_freed() {
+        let mut loser = pod("a", true);
+        loser.claim = Some(("c".into(), "c-uid".into()));
+        let mut c = claim("c", 0);
+        c.phase = Some("Bound".into());
+        c.pod_name = Some("b".into());
+        let p = plan(&snap(2, vec![loser, pod("b", true)], vec![c]), names());
+        assert!(p.ops.contains(&PodOp::Unclaim {
+            pod: "a".into(),
+            resource_version: "1".into()
+        }));
+    }
+
+    #[test]
+    fn a_released_claim_gives_its_pod_back() {
+        let mut held = pod("a", true);
+        held.claim = Some(("c".into(), "c-uid".into()));
+        let mut c = claim("c", 0);
+        c.phase = Some("Released".into());
+        c.pod_name = Some("a".into());
+        let p = plan(&snap(1, vec![held], vec![c]), names());
+        assert_eq!(p.ops.len(), 2, "{:?}", p.ops);
+        assert!(matches!(p.ops[0], PodOp::Delete { .. }));
+    }
+
+    #[test]
+    fn excess_pods_go_starting_first_never_claimed_or_marked() {
+        let mut held = pod("held", true);
+        held.claim = Some(("c".into(), "c-uid".into()));
+        let mut c = claim("c", 0);
+        c.phase = Some("Bound".into());
+        c.pod_name = Some("held".into());
+        let mut marked = pod("marked", true);
+        marked.marked = true;
+        let p = plan(
+            &snap(
+                2,
+                vec![held, marked, pod("idle", true), pod("starting", false)],
+                vec![c],
+            ),
+            names(),
+        );
+        let deleted: Vec<&str> = p
+            .ops
+            .iter()
+            .filter_map(|o| match o {
+                PodOp::Delete { pod, .. } => Some(pod.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deleted, vec!["starting", "idle"]);
+    }
+
+    #[test]
+    fn finished_pods_are_replaced() {
+        let mut done = pod("done", false);
+        done.finished = true;
+        let p = plan(&snap(1, vec![done], vec![]), names());
+        assert!(matches!(p.ops[0], PodOp::Delete { .. }));
+        assert_eq!(p.ops[1], PodOp::Create("new-1".into()));
+    }
+
+    #[test]
+    fn pod_names_are_valid_and_vary() {
+        let a = pod_name("pool", 1);
+        let b = pod_name("pool", 2);
+        assert_ne!(a, b);
+        assert!(a.starts_with("pool-") && a.len() == 10, "{a}");
+        assert!(pod_name(&"x".repeat(80), 7).len() <= 63);
+    }
+}

@@ -1213,3 +1213,53 @@ async fn overrides_of_a_template_deleted_while_moonin_was_down_are_swept_at_star
         "{notes:?}"
     );
 }
+
+#[tokio::test]
+async fn moonin_schedule_reads_a_live_template() {
+    let client = require_cluster!();
+    install_crds(&client).await;
+    let ns = TestNamespace::new(&client, "stpl-schedule").await;
+    let api: Api<ScalingTemplate> = Api::namespaced(client.clone(), &ns.name);
+    let t: ScalingTemplate = serde_json::from_value(json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "ScalingTemplate",
+        "metadata": {"name": "nightly"},
+        "spec": {
+            "schedule": "30 2 * * *",
+            "timeZone": "America/New_York",
+            "duration": "1h",
+            "actions": [{"name": "a", "target": {"name": "x"}, "minReplicas": 1, "maxReplicas": 2}]
+        }
+    }))
+    .expect("template");
+    api.create(&PostParams::default(), &t)
+        .await
+        .expect("create");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_moonin"))
+        .args([
+            "schedule",
+            &format!("{}/nightly", ns.name),
+            "--from",
+            "2026-03-07T12:00:00Z",
+            "--count",
+            "2",
+            "-o",
+            "json",
+        ])
+        .output()
+        .expect("moonin schedule runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let windows: Value = serde_json::from_slice(&out.stdout).expect("json");
+    // 02:30 does not exist on 8 March 2026 in New York: the window opens at 03:00 EDT.
+    assert_eq!(
+        windows,
+        json!([
+            {"start": "2026-03-08T07:00:00Z", "end": "2026-03-08T08:00:00Z", "dstAdjusted": true},
+            {"start": "2026-03-09T06:30:00Z", "end": "2026-03-09T07:30:00Z", "dstAdjusted": false}
+        ])
+    );
+}

@@ -28,8 +28,12 @@ pub mod field_manager {
     pub const MANAGER: &str = "moonin-manager";
     /// Fields the scaling controller takes over on a workload or autoscaler.
     pub const SCALING: &str = "moonin-scaling";
-    /// Fields the sandbox controllers own (pools, Pods, `SandboxPool.spec.replicas`).
+    /// Fields the sandbox controllers own (pools, Pods, `SandboxPool.spec.replicas` unless
+    /// the Pool autoscales).
     pub const SANDBOX: &str = "moonin-sandbox";
+    /// `SandboxPool.spec.replicas` of a Pool whose scaling group is enabled: the pool
+    /// autoscaler's, handed over by the Env controller (which owns it otherwise).
+    pub const SANDBOX_AUTOSCALER: &str = "moonin-sandbox-autoscaler";
     /// Objects published by discovery.
     pub const DISCOVERY: &str = "moonin-discovery";
 }

@@ -10,7 +10,10 @@ use std::{
 
 use futures::{StreamExt, future::BoxFuture};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::{
+    api::core::v1::{Pod, ResourceQuota},
+    apimachinery::pkg::api::resource::Quantity,
+};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
@@ -24,11 +27,15 @@ use kube::{
 };
 use serde_json::json;
 
+use super::autoscaler::{
+    self, Admission, PodState, PoolPod, PoolView, QueueStats, RecommendationHistory, ScaleDownMark,
+    SiblingPool, Snapshot,
+};
 use super::pool::{self, ClaimView, PodOp, PodView, PoolSnapshot, keys};
 use crate::api::{
     conditions::{self, Desired, types},
     field_manager,
-    sandbox::{SandboxClaim, SandboxClaimStatus, SandboxEnv, SandboxPool},
+    sandbox::{SandboxClaim, SandboxClaimStatus, SandboxEnv, SandboxPool, ScalingGroup},
 };
 use crate::manager::{
     cache,
@@ -76,6 +83,12 @@ struct Shared {
     pods: Store<Pod>,
     claims: Store<SandboxClaim>,
     pools: Store<SandboxPool>,
+    /// Envs, for a Pool's autoscaling group.
+    envs: Store<SandboxEnv>,
+    /// ResourceQuotas, for the autoscaler's admission probe.
+    quotas: Store<ResourceQuota>,
+    /// The autoscaler's recommendation history per Pool (`ns/name`), in process memory.
+    history: Mutex<HashMap<String, RecommendationHistory>>,
     in_flight: Mutex<InFlight>,
     /// When this process first saw each Pending claim (creation times have 1 s resolution).
     first_seen: Mutex<HashMap<String, Timestamp>>,
@@ -83,6 +96,8 @@ struct Shared {
     metrics: Metrics,
     leader: crate::manager::leader::Leadership,
     seq: std::sync::atomic::AtomicU64,
+    /// Every cache has listed once.
+    synced: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -213,6 +228,12 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
     if !ctx.leader.is_leader() {
         return Ok(Action::await_change());
     }
+    // A reconcile (triggered by a cache's initial listing) waits until every cache is
+    // complete: a partial Pod or claim list must not drive creates or a scaling decision.
+    // Once they are, every Pool is reconciled again.
+    if !ctx.synced.load(std::sync::atomic::Ordering::Acquire) {
+        return Ok(Action::await_change());
+    }
     let started = std::time::Instant::now();
     let ns = pool.namespace().unwrap_or_default();
     let name = pool.name_any();
@@ -226,7 +247,7 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
                 && p.labels().get(keys::POOL) == Some(&name)
         })
         .collect();
-    let views: Vec<PodView> = pods.iter().map(|p| pod_view(p)).collect();
+    let mut views: Vec<PodView> = pods.iter().map(|p| pod_view(p)).collect();
     let in_flight: Vec<String> = {
         let mut g = ctx.in_flight.lock().unwrap_or_else(|e| e.into_inner());
         let entry = g.creates.entry(key.clone()).or_default();
@@ -242,8 +263,58 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
         .filter(|c| claim_targets(c, &pool))
         .map(|c| claim_view(c))
         .collect();
+    let mut retry = false;
+    // The autoscaler (Load → Decide → Commit steps 1–3) for a Pool of a scaling group
+    // whose Env the cache shows; it sets the size the plan below works to.
+    let mut replicas = pool.spec.replicas;
+    let mut auto: Option<AutoCycle> = None;
+    if let Some(group_name) = pool.spec.scaling_group.clone()
+        && let Some(env) = env_of(&ctx, &pool)
+    {
+        let group = group_of(&env, &group_name);
+        // Demand: every Pending claim no Pod names, including those this cycle binds
+        // to idle Pods (decide subtracts the idle Pods itself).
+        let dry_run = pool::plan(
+            &PoolSnapshot {
+                replicas: pool.spec.replicas,
+                recycle: pool.spec.recycle_policy,
+                pods: views.clone(),
+                in_flight_creates: in_flight.clone(),
+                claims: claims.clone(),
+                claims_synced: true,
+            },
+            String::new,
+        );
+        let queued = dry_run.queued
+            + dry_run
+                .ops
+                .iter()
+                .filter(|o| matches!(o, PodOp::Bind { .. }))
+                .count();
+        let enabled = group.as_ref().is_some_and(|g| g.enabled);
+        let window = jiff::SignedDuration::from_secs(i64::from(group.as_ref().map_or(0, |g| {
+            g.scale_down_policy.stabilization_window_seconds.max(0)
+        })));
+        let snap = load(&ctx, &pool, group, &pods, &views, in_flight.len(), queued);
+        let decision = autoscaler::decide(&snap, Timestamp::now());
+        match commit_pods_and_size(
+            &ctx, &pool, &decision, enabled, &pods, &mut views, &mut retry,
+        )
+        .await?
+        {
+            Some((r, resource_version)) => {
+                replicas = r;
+                auto = Some(AutoCycle {
+                    decision,
+                    window,
+                    resource_version,
+                });
+            }
+            None => return Ok(Action::requeue(Duration::ZERO)),
+        }
+    }
     let snapshot = PoolSnapshot {
-        replicas: pool.spec.replicas,
+        replicas,
         recycle: pool.spec.recycle_policy,
         pods: views,
         in_flight_creates: in_flight,
@@ -264,7 +335,6 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
     };
     // Conflicts retry at once from fresh caches; refusals (quota, a terminating namespace)
     // back off.
-    let mut retry = false;
     let mut failed = false;
     for op in &plan.ops {
         if !ctx.leader.is_leader() {
@@ -374,23 +444,23 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
     let current = pool.status.clone().unwrap_or_default();
     let now = Timestamp::now();
     let starting = c.replicas - c.ready;
-    let desired = vec![
+    let mut desired = vec![
         Desired::new(
             types::READY,
-            c.ready >= pool.spec.replicas,
-            if c.ready >= pool.spec.replicas {
+            c.ready >= replicas,
+            if c.ready >= replicas {
                 "PoolReady"
             } else {
                 "PodsStarting"
             },
             format!(
                 "{} of {} sandbox Pods ready, {} idle, {} claimed",
-                c.ready, pool.spec.replicas, c.idle, c.claimed
+                c.ready, replicas, c.idle, c.claimed
             ),
         ),
         Desired::new(
             "Progressing",
-            starting > 0 || c.replicas != pool.spec.replicas,
+            starting > 0 || c.replicas != replicas,
             if starting > 0 {
                 "PodsStarting"
             } else {
@@ -399,16 +469,24 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
             format!("{starting} sandbox Pods starting"),
         ),
     ];
+    if let Some(a) = &auto {
+        desired.extend(a.decision.conditions.iter().cloned());
+    }
     let next_conditions =
         conditions::merge(&current.conditions, &desired, pool.metadata.generation, now);
-    let changed = current.replicas != c.replicas
+    let auto_changed = auto
+        .as_ref()
+        .is_some_and(|a| current.auto_scaling.as_ref() != Some(&a.decision.status));
+    let changed = auto_changed
+        || current.replicas != c.replicas
         || current.ready_replicas != c.ready
         || current.idle_replicas != c.idle
         || current.claimed_replicas != c.claimed
         || current.observed_generation != pool.metadata.generation
         || !conditions::equal_ignoring_time(&current.conditions, &next_conditions);
+    let mut status_written = !changed;
     if changed && ctx.leader.is_leader() {
-        let body = json!({"status": {
+        let mut body = json!({"status": {
             "observedGeneration": pool.metadata.generation,
             "replicas": c.replicas,
             "readyReplicas": c.ready,
@@ -416,12 +494,50 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
             "claimedReplicas": c.claimed,
             "conditions": next_conditions,
         }});
+        if let Some(a) = &auto {
+            // The autoscaler's status is guarded by the Pool's resourceVersion, and what
+            // the decision dropped is removed (a merge patch keeps absent fields).
+            let mut next = serde_json::to_value(&a.decision.status).unwrap_or_default();
+            let old = serde_json::to_value(&current.auto_scaling).unwrap_or_default();
+            merge_nulls(&old, &mut next);
+            body["status"]["autoScaling"] = next;
+            body["metadata"] = json!({"resourceVersion": a.resource_version});
+        }
         let api: Api<SandboxPool> = Api::namespaced(ctx.client.clone(), &ns);
         ctx.wrote("SandboxPool/status");
-        if let Err(e) = api.patch_status(&name, &pp, &Patch::Merge(&body)).await {
-            tracing::debug!(pool = %key, error = %e, "pool status write failed; retrying");
-            retry = true;
+        match api.patch_status(&name, &pp, &Patch::Merge(&body)).await {
+            Ok(_) => status_written = true,
+            Err(e) => {
+                tracing::debug!(pool = %key, error = %e, "pool status write failed; retrying");
+                retry = true;
+            }
         }
+    }
+    // Commit steps 4 and 5: the Events once the writes succeeded, the history, the next
+    // look.
+    let mut next_look = Duration::from_secs(300);
+    if let Some(a) = auto
+        && status_written
+    {
+        let regarding = pool.object_ref(&());
+        for e in &a.decision.events {
+            ctx.event(
+                &regarding,
+                e.type_ == autoscaler::EventType::Warning,
+                e.reason,
+                e.note.clone(),
+            )
+            .await;
+        }
+        ctx.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .record(a.decision.recommendation, a.window);
+        next_look = Duration::try_from(a.decision.requeue_at.duration_since(Timestamp::now()))
+            .unwrap_or(Duration::ZERO)
+            .clamp(Duration::from_millis(100), next_look);
     }
     ctx.metrics
         .reconcile_duration
@@ -432,8 +548,469 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
     } else if retry {
         Action::requeue(Duration::from_millis(200))
     } else {
-        Action::requeue(Duration::from_secs(300))
+        Action::requeue(next_look)
     })
+}
+
+/// The autoscaler's part of one pool reconcile: what Load found and Decide chose, kept
+/// until the status write and the Events.
+struct AutoCycle {
+    decision: autoscaler::Decision,
+    window: jiff::SignedDuration,
+    /// The Pool's resourceVersion after the `spec.replicas` write (the status guard).
+    resource_version: Option<String>,
+}
+
+/// The Pool's Env (its controller owner) from the Env cache.
+fn env_of(ctx: &Shared, pool: &SandboxPool) -> Option<Arc<SandboxEnv>> {
+    let ns = pool.namespace()?;
+    let owner = pool
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "SandboxEnv")?;
+    ctx.envs.get(&ObjectRef::new(&owner.name).within(&ns))
+}
+
+/// The autoscaling group `name` of an Env, if the Env declares it.
+fn group_of(env: &SandboxEnv, name: &str) -> Option<ScalingGroup> {
+    env.spec
+        .autoscaling
+        .as_ref()?
+        .groups
+        .iter()
+        .find(|g| g.name == name)
+        .cloned()
+}
+
+/// Whether `manager` owns `spec.replicas` of a Pool (from its managedFields).
+fn owns_replicas(pool: &SandboxPool, manager: &str) -> bool {
+    pool.metadata.managed_fields.iter().flatten().any(|m| {
+        m.manager.as_deref() == Some(manager)
+            && m.fields_v1.as_ref().is_some_and(|f| {
+                f.0.get("f:spec")
+                    .and_then(|s| s.get("f:replicas"))
+                    .is_some()
+            })
+    })
+}
+
+/// A Kubernetes quantity as a number (`100m`, `2`, `512Mi`, `1G`); `None` if unreadable.
+fn quantity(q: &Quantity) -> Option<f64> {
+    let s = q.0.trim();
+    let (num, mult) = [
+        ("Ki", 1024f64),
+        ("Mi", 1024f64.powi(2)),
+        ("Gi", 1024f64.powi(3)),
+        ("Ti", 1024f64.powi(4)),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+    ]
+    .iter()
+    .find_map(|(suffix, m)| s.strip_suffix(suffix).map(|n| (n, *m)))
+    .unwrap_or((s, 1.0));
+    num.parse::<f64>().ok().map(|n| n * mult)
+}
+
+/// The sum of one resource's requests over a Pod template's containers.
+fn template_request(pool: &SandboxPool, resource: &str) -> f64 {
+    pool.spec
+        .template
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get(resource))
+        .filter_map(quantity)
+        .sum()
+}
+
+/// The admission probe: how many more Pods the namespace's ResourceQuotas accept, beyond
+/// the Pods the Pool still has to create for its current size (`missing`). Each quota's
+/// `pods`, and its `requests.cpu` / `requests.memory` (also spelled `cpu` / `memory`)
+/// divided by the template's summed container requests, count as `hard − used`; the
+/// smallest wins. Other quota resources, LimitRange defaults and node capacity are not
+/// probed: the API server's refusals of such creates show as Pods that never appear.
+fn admission(ctx: &Shared, pool: &SandboxPool, missing: i32) -> Admission {
+    let ns = pool.namespace().unwrap_or_default();
+    let mut best: Option<(i64, String)> = None;
+    for q in ctx.quotas.state() {
+        if q.namespace().as_deref() != Some(ns.as_str()) {
+            continue;
+        }
+        let hard = q
+            .spec
+            .as_ref()
+            .and_then(|s| s.hard.clone())
+            .unwrap_or_default();
+        let used = q
+            .status
+            .as_ref()
+            .and_then(|s| s.used.clone())
+            .unwrap_or_default();
+        let probes = [
+            ("pods", "pods", None),
+            ("requests.cpu", "cpu", Some("cpu")),
+            ("cpu", "cpu", Some("cpu")),
+            ("requests.memory", "memory", Some("memory")),
+            ("memory", "memory", Some("memory")),
+        ];
+        for (key, label, per_pod) in probes {
+            let Some(h) = hard.get(key).and_then(quantity) else {
+                continue;
+            };
+            let u = used.get(key).and_then(quantity).unwrap_or(0.0);
+            let free = (h - u).max(0.0);
+            let pods = match per_pod {
+                None => free.floor() as i64,
+                Some(r) => {
+                    let each = template_request(pool, r);
+                    if each <= 0.0 {
+                        continue;
+                    }
+                    (free / each).floor() as i64
+                }
+            };
+            if best.as_ref().is_none_or(|(b, _)| pods < *b) {
+                best = Some((
+                    pods,
+                    format!(
+                        "ResourceQuota {} allows {pods} more Pods ({label}: {} of {} used)",
+                        q.name_any(),
+                        used.get(key).map(|x| x.0.as_str()).unwrap_or("0"),
+                        hard.get(key).map(|x| x.0.as_str()).unwrap_or("?"),
+                    ),
+                ));
+            }
+        }
+    }
+    match best {
+        None => Admission::default(),
+        Some((pods, msg)) => Admission {
+            headroom: Some((pods - i64::from(missing.max(0))).clamp(0, i64::from(i32::MAX)) as i32),
+            message: Some(msg),
+        },
+    }
+}
+
+fn pool_pod(p: &Pod, v: &PodView) -> PoolPod {
+    let annotations = p.annotations();
+    let state = if v.terminating || v.finished {
+        PodState::Terminating
+    } else if v.claim.is_some() {
+        PodState::Claimed
+    } else if !v.ready || v.ip.is_none() {
+        PodState::Starting
+    } else {
+        PodState::Idle
+    };
+    PoolPod {
+        name: v.name.clone(),
+        uid: v.uid.clone(),
+        resource_version: v.resource_version.clone(),
+        state,
+        ready: v.ready,
+        has_ip: v.ip.is_some(),
+        idle_since: (state == PodState::Idle)
+            .then(|| parse_time(annotations.get(keys::STATE_SINCE)))
+            .flatten(),
+        mark: annotations
+            .get(autoscaler::annotations::SCALE_DOWN)
+            .map(|a| ScaleDownMark::from_annotation(a)),
+    }
+}
+
+/// Load: the autoscaler's snapshot of one Pool from the caches.
+fn load(
+    ctx: &Shared,
+    pool: &SandboxPool,
+    group: Option<ScalingGroup>,
+    pods: &[Arc<Pod>],
+    views: &[PodView],
+    in_flight: usize,
+    queued: usize,
+) -> Snapshot {
+    let ns = pool.namespace().unwrap_or_default();
+    let name = pool.name_any();
+    let env_owner = pool
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "SandboxEnv")
+        .map(|o| o.uid.clone());
+    let siblings = ctx
+        .pools
+        .state()
+        .iter()
+        .filter(|p| {
+            p.namespace().as_deref() == Some(ns.as_str())
+                && p.name_any() != name
+                && p.spec.scaling_group.is_some()
+                && p.spec.scaling_group == pool.spec.scaling_group
+                && p.owner_references()
+                    .iter()
+                    .any(|o| Some(&o.uid) == env_owner.as_ref())
+        })
+        .map(|p| SiblingPool {
+            name: p.name_any(),
+            // A sibling decided concurrently may have chosen more than its spec shows yet.
+            replicas: p.spec.replicas.max(
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.auto_scaling.as_ref())
+                    .and_then(|a| a.desired_replicas)
+                    .unwrap_or(0),
+            ),
+        })
+        .collect();
+    let claims: Vec<Arc<SandboxClaim>> = ctx
+        .claims
+        .state()
+        .into_iter()
+        .filter(|c| claim_targets(c, pool))
+        .collect();
+    let bound_pod_names: Vec<&str> = views
+        .iter()
+        .filter_map(|v| v.claim.as_ref().map(|(n, _)| n.as_str()))
+        .collect();
+    let oldest_pending_since = claims
+        .iter()
+        .filter(|c| {
+            let s = c.status.as_ref();
+            matches!(s.and_then(|s| s.phase.as_deref()), None | Some("Pending"))
+                && !bound_pod_names.contains(&c.name_any().as_str())
+        })
+        .filter_map(|c| c.creation_timestamp().map(|t| t.0))
+        .min();
+    let last_bound = claims
+        .iter()
+        .filter_map(|c| c.status.as_ref()?.bound_at.as_ref().map(|t| t.0))
+        .max();
+    let last_claimed = views
+        .iter()
+        .filter(|v| v.claim.is_some())
+        .map(|v| v.since)
+        .max();
+    let live = views
+        .iter()
+        .filter(|v| !v.terminating && !v.finished)
+        .count()
+        + in_flight;
+    let missing = pool.spec.replicas - live as i32;
+    let history = ctx
+        .history
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&format!("{ns}/{name}"))
+        .cloned()
+        .unwrap_or_default();
+    Snapshot {
+        pool: PoolView {
+            name,
+            replicas: pool.spec.replicas,
+            auto_scaling: pool
+                .status
+                .as_ref()
+                .and_then(|s| s.auto_scaling.clone())
+                .unwrap_or_default(),
+        },
+        group,
+        siblings,
+        queue: QueueStats {
+            pending: queued as i32,
+            oldest_pending_since: if queued > 0 {
+                oldest_pending_since
+            } else {
+                None
+            },
+        },
+        pods: pods
+            .iter()
+            .zip(views)
+            .map(|(p, v)| pool_pod(p, v))
+            .collect(),
+        in_flight: autoscaler::InFlight {
+            creates: in_flight as i32,
+            deletes: 0,
+        },
+        last_claim_at: last_bound.max(last_claimed),
+        admission: admission(ctx, pool, missing),
+        history,
+    }
+}
+
+/// A JSON merge patch that turns `old` into `new`: what `new` lacks is set to null.
+fn merge_nulls(old: &serde_json::Value, new: &mut serde_json::Value) {
+    if let (Some(o), Some(n)) = (old.as_object(), new.as_object_mut()) {
+        for (k, v) in o {
+            match n.get_mut(k) {
+                None => {
+                    n.insert(k.clone(), serde_json::Value::Null);
+                }
+                Some(nv) => merge_nulls(v, nv),
+            }
+        }
+    }
+}
+
+/// Sets (`Some`) or removes (`None`) a Pod's scale-down mark, guarded by its
+/// resourceVersion; the Pod's new resourceVersion on success.
+async fn set_mark(
+    api: &Api<Pod>,
+    pp: &PatchParams,
+    pod: &str,
+    resource_version: &str,
+    mark: Option<String>,
+) -> Result<String, kube::Error> {
+    let path = "/metadata/annotations/moonin.io~1scale-down";
+    let op = match mark {
+        Some(v) => json!({"op": "add", "path": path, "value": v}),
+        None => json!({"op": "remove", "path": path}),
+    };
+    let patch = json_patch(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+        op,
+    ]));
+    let p = api.patch(pod, pp, &patch).await?;
+    Ok(p.resource_version().unwrap_or_default())
+}
+
+/// Commit steps 1–3 of a decision (marks and unmarks, `spec.replicas`, deletes of marked
+/// Pods); the views follow the writes. `Ok(None)`: a mark or the replicas write lost a
+/// race, nothing else may be written, decide again at once.
+async fn commit_pods_and_size(
+    ctx: &Shared,
+    pool: &SandboxPool,
+    decision: &autoscaler::Decision,
+    enabled: bool,
+    pods: &[Arc<Pod>],
+    views: &mut [PodView],
+    retry: &mut bool,
+) -> Result<Option<(i32, Option<String>)>, SandboxError> {
+    let ns = pool.namespace().unwrap_or_default();
+    let name = pool.name_any();
+    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pp = PatchParams {
+        field_manager: Some(field_manager::SANDBOX_AUTOSCALER.to_string()),
+        ..PatchParams::default()
+    };
+    // 1. Marks: all or none.
+    let mut placed: Vec<(String, String)> = Vec::new();
+    for m in &decision.marks {
+        ctx.wrote("Pod");
+        match set_mark(
+            &pod_api,
+            &pp,
+            &m.pod.name,
+            &m.pod.resource_version,
+            Some(m.mark.to_annotation()),
+        )
+        .await
+        {
+            Ok(rv) => placed.push((m.pod.name.clone(), rv)),
+            Err(e) => {
+                tracing::debug!(pool = %name, pod = %m.pod.name, error = %e, "mark refused; undoing this decision's marks");
+                for (pod, rv) in &placed {
+                    ctx.wrote("Pod");
+                    let _ = set_mark(&pod_api, &pp, pod, rv, None).await;
+                }
+                return Ok(None);
+            }
+        }
+    }
+    for (pod, rv) in placed {
+        if let Some(v) = views.iter_mut().find(|v| v.name == pod) {
+            v.marked = true;
+            v.resource_version = rv;
+        }
+    }
+    for u in &decision.unmarks {
+        ctx.wrote("Pod");
+        if let Ok(rv) = set_mark(&pod_api, &pp, &u.pod.name, &u.pod.resource_version, None).await
+            && let Some(v) = views.iter_mut().find(|v| v.name == u.pod.name)
+        {
+            v.marked = false;
+            v.resource_version = rv;
+        }
+    }
+    // 2. spec.replicas, under the autoscaler's own field manager.
+    let mut replicas = pool.spec.replicas;
+    let mut resource_version = pool.resource_version();
+    if enabled && decision.desired_replicas != pool.spec.replicas {
+        let body = json!({
+            "apiVersion": "moonin.io/v1alpha1",
+            "kind": "SandboxPool",
+            "metadata": {"name": name, "namespace": ns, "resourceVersion": resource_version},
+            "spec": {"replicas": decision.desired_replicas},
+        });
+        let api: Api<SandboxPool> = Api::namespaced(ctx.client.clone(), &ns);
+        ctx.wrote("SandboxPool");
+        match api
+            .patch(
+                &name,
+                &PatchParams::apply(field_manager::SANDBOX_AUTOSCALER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+        {
+            Ok(p) => {
+                replicas = p.spec.replicas;
+                resource_version = p.resource_version();
+            }
+            Err(e) if conflict(&e) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // 3. Deletes of the Pods the open session marked (never a claimed one), each guarded.
+    // A mark of another decision is left to decide (it expires, or its session shows up).
+    let session = decision
+        .status
+        .scale_down_session
+        .as_ref()
+        .filter(|s| {
+            s.state == autoscaler::session_states::STARTED
+                || s.state == autoscaler::session_states::STEPPED
+        })
+        .map(|s| s.id.as_str());
+    let of_session: Vec<&str> = pods
+        .iter()
+        .filter(|p| {
+            p.annotations()
+                .get(autoscaler::annotations::SCALE_DOWN)
+                .is_some_and(|a| {
+                    Some(ScaleDownMark::from_annotation(a).decision.as_str()) == session
+                })
+        })
+        .map(|p| p.metadata.name.as_deref().unwrap_or_default())
+        .chain(decision.marks.iter().map(|m| m.pod.name.as_str()))
+        .collect();
+    for v in views.iter_mut() {
+        if !v.marked
+            || !of_session.contains(&v.name.as_str())
+            || v.claim.is_some()
+            || v.terminating
+            || v.finished
+        {
+            continue;
+        }
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(v.uid.clone()),
+                resource_version: Some(v.resource_version.clone()),
+            }),
+            ..DeleteParams::default()
+        };
+        ctx.wrote("Pod");
+        match pod_api.delete(&v.name, &dp).await {
+            Ok(_) => v.terminating = true,
+            Err(kube::Error::Api(s)) if s.code == 404 => v.terminating = true,
+            Err(e) => {
+                tracing::debug!(pool = %name, pod = %v.name, error = %e, "delete of a marked Pod refused; retrying");
+                *retry = true;
+            }
+        }
+    }
+    Ok(Some((replicas, resource_version)))
 }
 
 fn json_patch(v: serde_json::Value) -> Patch<()> {
@@ -582,15 +1159,27 @@ async fn reconcile_claim(
         }
         "Bound" => {
             let pod = status.pod_name.clone().unwrap_or_default();
-            let alive = ctx
+            let holds = |p: &Pod| {
+                p.metadata.deletion_timestamp.is_none()
+                    && p.annotations()
+                        .get(keys::CLAIM)
+                        .is_some_and(|c| c.ends_with(&claim.uid().unwrap_or_default()))
+            };
+            let mut alive = ctx
                 .pods
                 .get(&ObjectRef::new(&pod).within(&ns))
-                .is_some_and(|p| {
-                    p.metadata.deletion_timestamp.is_none()
-                        && p.annotations()
-                            .get(keys::CLAIM)
-                            .is_some_and(|c| c.ends_with(&claim.uid().unwrap_or_default()))
-                });
+                .is_some_and(|p| holds(&p));
+            if !alive {
+                // The Pod cache can lag the claim cache just after a binding: ask the API
+                // server before declaring the Pod lost.
+                let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+                alive = match pods.get_opt(&pod).await {
+                    Ok(Some(p)) => holds(&p),
+                    Ok(None) => false,
+                    // Unknown: decide at the next reconcile.
+                    Err(_) => true,
+                };
+            }
             let expiry = claim.spec.lifetime.as_ref().and_then(|l| {
                 let d: std::time::Duration = (*l).into();
                 let bound = status.bound_at.as_ref()?.0;
@@ -706,16 +1295,31 @@ async fn reconcile_env(env: Arc<SandboxEnv>, ctx: Arc<EnvShared>) -> Result<Acti
             }
             wanted.push(pool_name.clone());
             let group = m.config.as_ref().and_then(|c| c.scaling_group.clone());
-            let desired_spec = json!({
-                "replicas": m.spec.replicas,
+            // `spec.replicas` has exactly one field manager: the autoscaler's while the
+            // member's group is enabled (a new Pool starts at the member's replicas), this
+            // controller's otherwise.
+            let autoscaled = pool.is_some()
+                && group
+                    .as_ref()
+                    .and_then(|g| group_of(&env, g))
+                    .is_some_and(|g| g.enabled);
+            let mut desired_spec = json!({
                 "template": m.spec.template,
                 "recyclePolicy": m.spec.recycle_policy,
                 "scalingGroup": group,
             });
+            if !autoscaled {
+                desired_spec["replicas"] = json!(m.spec.replicas);
+            }
             let up_to_date = pool.as_ref().is_some_and(|p| {
+                let ours = owns_replicas(p, field_manager::SANDBOX);
                 serde_json::to_value(&p.spec).ok().is_some_and(|cur| {
                     cur["template"] == desired_spec["template"]
-                        && cur["replicas"] == desired_spec["replicas"]
+                        && if autoscaled {
+                            !ours
+                        } else {
+                            ours && cur["replicas"] == desired_spec["replicas"]
+                        }
                         && cur["recyclePolicy"] == desired_spec["recyclePolicy"]
                         && cur
                             .get("scalingGroup")
@@ -726,6 +1330,26 @@ async fn reconcile_env(env: Arc<SandboxEnv>, ctx: Arc<EnvShared>) -> Result<Acti
             });
             if up_to_date {
                 continue;
+            }
+            if let Some(p) = pool
+                .as_ref()
+                .filter(|p| autoscaled && !owns_replicas(p, field_manager::SANDBOX_AUTOSCALER))
+            {
+                // Hand-over: the autoscaler's manager takes the current value first, so
+                // dropping it from this controller's apply keeps the field.
+                let body = json!({
+                    "apiVersion": "moonin.io/v1alpha1",
+                    "kind": "SandboxPool",
+                    "metadata": {"name": pool_name, "namespace": ns},
+                    "spec": {"replicas": p.spec.replicas},
+                });
+                ctx.shared.wrote("SandboxPool");
+                api.patch(
+                    &pool_name,
+                    &PatchParams::apply(field_manager::SANDBOX_AUTOSCALER).force(),
+                    &Patch::Apply(&body),
+                )
+                .await?;
             }
             let body = json!({
                 "apiVersion": "moonin.io/v1alpha1",
@@ -880,11 +1504,49 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         |_| {},
         vec![claim_trigger],
     );
+    // An Env change (its autoscaling groups) reconciles the Pools it owns.
+    let env_trigger: cache::Trigger<SandboxEnv> = {
+        let tx = pool_tx.clone();
+        let pools = pools.clone();
+        Box::new(move |e: &SandboxEnv| {
+            let uid = e.uid().unwrap_or_default();
+            for p in pools
+                .state()
+                .iter()
+                .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
+            {
+                let _ = tx.unbounded_send(ObjectRef::from_obj(p.as_ref()));
+            }
+        })
+    };
+    let (envs, env_drive) = cache::cache::<SandboxEnv>(
+        Api::all(client.clone()),
+        watcher::Config::default(),
+        |e| {
+            e.managed_fields_mut().clear();
+            cache::strip_last_applied(&mut e.metadata);
+        },
+        vec![env_trigger],
+    );
+    // Quotas are read at each decision; a Pool whose scale-up they limited is decided
+    // again when its saturation ends.
+    let (quotas, quota_drive) = cache::cache::<ResourceQuota>(
+        Api::all(client.clone()),
+        watcher::Config::default(),
+        |q| {
+            q.managed_fields_mut().clear();
+            cache::strip_last_applied(&mut q.metadata);
+        },
+        Vec::new(),
+    );
     let shared = Arc::new(Shared {
         client: client.clone(),
         pods: pods.clone(),
         claims: claims.clone(),
         pools: pools.clone(),
+        envs: envs.clone(),
+        quotas: quotas.clone(),
+        history: Mutex::new(HashMap::new()),
         in_flight: Mutex::new(InFlight::default()),
         first_seen: Mutex::new(HashMap::new()),
         recorder: Recorder::new(
@@ -897,6 +1559,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         metrics: ctx.metrics.clone(),
         leader: ctx.leadership.clone(),
         seq: std::sync::atomic::AtomicU64::new(0),
+        synced: std::sync::atomic::AtomicBool::new(false),
     });
 
     let pool_ctl = pool_ctl
@@ -931,17 +1594,27 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
 
     let ready = {
         let (pods, claims, pools) = (pods.clone(), claims.clone(), pools.clone());
+        let (synced, ready_tx) = (shared.clone(), pool_tx.clone());
         async move {
             let _ = pods.wait_until_ready().await;
             let _ = claims.wait_until_ready().await;
             let _ = pools.wait_until_ready().await;
+            let _ = envs.wait_until_ready().await;
+            let _ = quotas.wait_until_ready().await;
+            // Pool reconciles wait for this; then every Pool is looked at.
+            synced
+                .synced
+                .store(true, std::sync::atomic::Ordering::Release);
+            for p in pools.state() {
+                let _ = ready_tx.unbounded_send(ObjectRef::from_obj(p.as_ref()));
+            }
             readiness.report_synced();
             tracing::info!("sandbox caches synced");
         }
     };
     let shutdown = ctx.shutdown.clone();
     tokio::select! {
-        _ = futures::future::join(pod_drive, claim_drive) => {}
+        _ = futures::future::join4(pod_drive, claim_drive, env_drive, quota_drive) => {}
         _ = futures::future::join4(pool_ctl, claim_ctl, env_ctl, ready) => {}
         _ = shutdown.cancelled() => {}
     }

@@ -12,8 +12,9 @@
 //!    usually a claim won the race), remove the marks this decision placed, write nothing
 //!    else and requeue at once: the next Load sees the change. A failed unmark is ignored
 //!    (the Pod is gone, or the next decision sees it again).
-//! 2. write `spec.replicas` = [`Decision::desired_replicas`] (field manager
-//!    `moonin-sandbox`, guarded by the Pool's `resourceVersion`), when it changed;
+//! 2. write `spec.replicas` = [`Decision::desired_replicas`] (server-side apply, field
+//!    manager `moonin-sandbox-autoscaler`, guarded by the Pool's `resourceVersion`), when
+//!    it changed;
 //! 3. write the status once: `autoScaling` = [`Decision::status`] and the
 //!    [`Decision::conditions`] merged into the Pool's conditions, when either changed;
 //! 4. publish [`Decision::events`], only after the writes succeeded;

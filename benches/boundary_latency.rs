@@ -1,0 +1,1707 @@
+//! Scaling boundary latency (TESTING.md, "Benchmarks"): N templates × M actions whose
+//! scheduled windows open at the same instant and close at the same instant, each action
+//! on its own Deployment with its own HPA.
+//!
+//! Watches in this process time every write from the boundary instant (the arrival of
+//! the first event showing the new value); the manager's own `moonin_api_writes_total`
+//! counts its writes; `/proc/<pid>/status` gives its memory. Numbers, not pass/fail.
+//!
+//! ```sh
+//! e2e/cluster up && eval "$(e2e/cluster env)"
+//! cargo bench --bench boundary_latency
+//! MOONIN_BENCH_TEMPLATES=10 MOONIN_BENCH_ACTIONS=2 cargo bench --bench boundary_latency
+//! ```
+//!
+//! Without `--bench` (how `cargo test --all-targets` runs it) it only says how to run it.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+#[allow(dead_code)]
+#[path = "../tests/e2e/harness.rs"]
+mod harness;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    io::{Read, Write},
+    net::{SocketAddr, TcpStream},
+    process::ExitCode,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use jiff::{SignedDuration, Timestamp, tz::TimeZone};
+use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use moonin::api::scaling::{ScalingTemplate, keys};
+use serde_json::{Value, json};
+
+use harness::{Manager, TestNamespace};
+
+/// Deployment replicas before and after the window.
+const REPLICAS: i32 = 1;
+/// The HPA's own bounds.
+const HPA_MIN: i32 = 1;
+const HPA_MAX: i32 = 3;
+/// The action's bounds during the window.
+const ACTION_MIN: i32 = 2;
+const ACTION_MAX: i32 = 4;
+/// The goal for p99 of every phase, on this machine.
+const GOAL_MS: f64 = 1000.0;
+/// A boundary has settled when every write was seen and the write counter stood still
+/// this long.
+const QUIET: Duration = Duration::from_secs(2);
+const SCRAPE_EVERY: Duration = Duration::from_millis(200);
+/// Concurrent creates while setting up.
+const CREATE_CONCURRENCY: usize = 32;
+
+fn main() -> ExitCode {
+    if !std::env::args().skip(1).any(|a| a == "--bench") {
+        println!(
+            "boundary_latency is a benchmark, not a test; run it with `cargo bench --bench boundary_latency` (needs `e2e/cluster up` and `eval \"$(e2e/cluster env)\"`)"
+        );
+        return ExitCode::SUCCESS;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(run())
+}
+
+struct Params {
+    templates: usize,
+    actions: usize,
+    setup_secs: i64,
+    quiet_secs: u64,
+}
+
+impl Params {
+    fn from_env() -> Result<Self, String> {
+        fn var(name: &str, default: usize) -> Result<usize, String> {
+            match std::env::var(name) {
+                Err(_) => Ok(default),
+                Ok(v) => match v.parse::<usize>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => Err(format!("{name}={v:?}: expected a positive integer")),
+                },
+            }
+        }
+        Ok(Self {
+            templates: var("MOONIN_BENCH_TEMPLATES", 100)?,
+            actions: var("MOONIN_BENCH_ACTIONS", 5)?,
+            setup_secs: var("MOONIN_BENCH_SETUP_SECS", 40)? as i64,
+            quiet_secs: var("MOONIN_BENCH_QUIET_WAIT_SECS", 300)? as u64,
+        })
+    }
+
+    fn targets(&self) -> usize {
+        self.templates * self.actions
+    }
+
+    /// Fewest writes a boundary can take: the HPA and the Deployment of every action,
+    /// and one status write per template.
+    fn minimum_writes(&self) -> usize {
+        2 * self.targets() + self.templates
+    }
+
+    fn names(&self) -> Vec<String> {
+        (0..self.templates)
+            .flat_map(|t| (0..self.actions).map(move |a| target_name(t, a)))
+            .collect()
+    }
+
+    fn command(&self) -> String {
+        let mut env = String::new();
+        for name in [
+            "MOONIN_BENCH_TEMPLATES",
+            "MOONIN_BENCH_ACTIONS",
+            "MOONIN_BENCH_SETUP_SECS",
+            "MOONIN_BENCH_QUIET_WAIT_SECS",
+        ] {
+            if let Ok(v) = std::env::var(name) {
+                env.push_str(&format!("{name}={v} "));
+            }
+        }
+        format!("{env}cargo bench --bench boundary_latency")
+    }
+}
+
+fn target_name(template: usize, action: usize) -> String {
+    format!("t{template:03}-a{action}")
+}
+
+fn template_name(template: usize) -> String {
+    format!("t{template:03}")
+}
+
+// ---------------------------------------------------------------------------------------
+// What the watches saw.
+
+/// One object's edges: when its override and its restore were first seen.
+#[derive(Default)]
+struct Edges {
+    open: Option<Timestamp>,
+    close: Option<Timestamp>,
+    /// The first event showing the override carried Moonin's restore record
+    /// (for a Deployment: Moonin raised it, not the HPA controller).
+    open_by_moonin: bool,
+    /// Value changes seen after the first sighting (2 = one override, one restore).
+    changes: u32,
+    last: Option<(i32, i32)>,
+}
+
+impl Edges {
+    fn record(
+        &mut self,
+        value: (i32, i32),
+        at: Timestamp,
+        applied: bool,
+        restored: bool,
+        by_moonin: bool,
+    ) {
+        if self.last.is_some_and(|l| l != value) {
+            self.changes += 1;
+        }
+        self.last = Some(value);
+        if self.open.is_none() {
+            if applied {
+                self.open = Some(at);
+                self.open_by_moonin = by_moonin;
+            }
+        } else if self.close.is_none() && restored {
+            self.close = Some(at);
+        }
+    }
+}
+
+#[derive(Default)]
+struct Seen {
+    hpas: HashMap<String, Edges>,
+    deployments: HashMap<String, Edges>,
+    available: HashMap<String, i32>,
+    synced: [bool; 3],
+    /// Template changes (new resourceVersions) seen after the initial list.
+    template_changes: u64,
+    relists: u32,
+    errors: u32,
+}
+
+type Shared = Arc<Mutex<Seen>>;
+
+fn on_hpa(seen: &mut Seen, h: &HorizontalPodAutoscaler, at: Timestamp) {
+    let value = (h.spec.min_replicas.unwrap_or(1), h.spec.max_replicas);
+    let marked = h.annotations().contains_key(keys::ORIGINAL);
+    seen.hpas.entry(h.name_any()).or_default().record(
+        value,
+        at,
+        value == (ACTION_MIN, ACTION_MAX),
+        value == (HPA_MIN, HPA_MAX),
+        marked,
+    );
+}
+
+fn on_template(seen: &mut Seen, _: &ScalingTemplate, _: Timestamp) {
+    if seen.synced[2] {
+        seen.template_changes += 1;
+    }
+}
+
+fn on_deployment(seen: &mut Seen, d: &Deployment, at: Timestamp) {
+    let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let marked = d.annotations().contains_key(keys::ORIGINAL_REPLICAS);
+    let name = d.name_any();
+    let available = d
+        .status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0);
+    seen.available.insert(name.clone(), available);
+    seen.deployments.entry(name).or_default().record(
+        (replicas, 0),
+        at,
+        replicas >= ACTION_MIN,
+        replicas == REPLICAS,
+        marked,
+    );
+}
+
+/// Watches `api` and records the arrival instant of every event.
+fn spawn_watch<K>(api: Api<K>, seen: Shared, index: usize, on: fn(&mut Seen, &K, Timestamp))
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(event) = events.next().await {
+            let at = Timestamp::now();
+            let mut seen = seen.lock().expect("seen");
+            match event {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    on(&mut seen, &o, at)
+                }
+                Ok(watcher::Event::Init) if seen.synced[index] => seen.relists += 1,
+                Ok(watcher::Event::InitDone) => seen.synced[index] = true,
+                Ok(_) => {}
+                Err(e) => {
+                    seen.errors += 1;
+                    eprintln!("watch error (the watcher retries): {e}");
+                }
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// The manager: metrics, memory, and other managers on this machine.
+
+/// `GET path` on the manager's HTTP endpoint; the body.
+fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.split_whitespace()
+        .nth(1)
+        .is_some_and(|s| s == "200")
+        .then(|| body.to_string())
+}
+
+/// The counters this benchmark reads from /metrics.
+#[derive(Clone, Default, Debug)]
+struct Scrape {
+    /// `moonin_api_writes_total` by `kind`.
+    writes: BTreeMap<String, f64>,
+    /// `moonin_reconcile_errors_total` by `reason`.
+    errors: BTreeMap<String, f64>,
+    /// `moonin_reconciliations_total`.
+    reconciles: f64,
+}
+
+fn label<'a>(line: &'a str, name: &str) -> &'a str {
+    let key = format!("{name}=\"");
+    line.find(&key)
+        .and_then(|i| {
+            let rest = &line[i + key.len()..];
+            rest.find('"').map(|j| &rest[..j])
+        })
+        .unwrap_or("?")
+}
+
+impl Scrape {
+    fn parse(body: &str) -> Self {
+        let mut s = Scrape::default();
+        for line in body.lines() {
+            let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+                continue;
+            };
+            if line.starts_with("moonin_api_writes_total{") {
+                *s.writes.entry(label(line, "kind").to_string()).or_default() += value;
+            } else if line.starts_with("moonin_reconcile_errors_total{") {
+                *s.errors
+                    .entry(label(line, "reason").to_string())
+                    .or_default() += value;
+            } else if line.starts_with("moonin_reconciliations_total{") {
+                s.reconciles += value;
+            }
+        }
+        s
+    }
+
+    fn total(&self) -> f64 {
+        self.writes.values().sum()
+    }
+
+    fn minus(&self, earlier: &Scrape) -> Scrape {
+        let diff = |a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>| {
+            a.iter()
+                .map(|(k, v)| (k.clone(), v - b.get(k).copied().unwrap_or(0.0)))
+                .filter(|(_, v)| *v != 0.0)
+                .collect()
+        };
+        Scrape {
+            writes: diff(&self.writes, &earlier.writes),
+            errors: diff(&self.errors, &earlier.errors),
+            reconciles: self.reconciles - earlier.reconciles,
+        }
+    }
+}
+
+/// Scrapes /metrics off the async workers, so a slow answer never delays the watches.
+async fn scrape(addr: SocketAddr) -> Option<Scrape> {
+    tokio::task::spawn_blocking(move || http_get(addr, "/metrics").map(|b| Scrape::parse(&b)))
+        .await
+        .ok()
+        .flatten()
+}
+
+async fn scrape_retrying(addr: SocketAddr) -> Result<Scrape, String> {
+    for _ in 0..10 {
+        if let Some(s) = scrape(addr).await {
+            return Ok(s);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(format!("the manager's /metrics on {addr} does not answer"))
+}
+
+/// VmRSS and VmHWM of a process, in KiB.
+#[derive(Clone, Copy, Default, Debug)]
+struct Memory {
+    rss_kib: u64,
+    hwm_kib: u64,
+}
+
+fn memory(pid: u32) -> Memory {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    Memory {
+        rss_kib: field("VmRSS:"),
+        hwm_kib: field("VmHWM:"),
+    }
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// A `moonin run` process on this machine.
+struct Running {
+    pid: u32,
+    identity: String,
+    /// Whether it runs the scaling controller (and so reconciles every template).
+    scaling: bool,
+}
+
+/// Every `moonin run` process on this machine.
+fn moonin_managers() -> Vec<Running> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = raw
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let is_moonin = args
+            .first()
+            .is_some_and(|a| a == "moonin" || a.ends_with("/moonin"));
+        if !is_moonin || !args.iter().any(|a| a == "run") {
+            continue;
+        }
+        let value = |flag: &str| {
+            args.iter()
+                .position(|a| a == flag)
+                .and_then(|i| args.get(i + 1))
+                .cloned()
+        };
+        out.push(Running {
+            pid,
+            identity: value("--identity").unwrap_or_else(|| "?".into()),
+            scaling: value("--controllers").is_none_or(|c| c.split(',').any(|c| c == "scaling")),
+        });
+    }
+    out
+}
+
+/// Other managers that reconcile scaling templates (and so would write to ours).
+fn rival_managers(identity: &str) -> Vec<String> {
+    moonin_managers()
+        .into_iter()
+        .filter(|m| m.identity != identity && m.scaling)
+        .map(|m| format!("pid {} ({})", m.pid, m.identity))
+        .collect()
+}
+
+/// Compilers and builds running on this machine, by command name.
+fn builds() -> BTreeMap<String, usize> {
+    let mut busy: BTreeMap<String, usize> = BTreeMap::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else {
+                continue;
+            };
+            let comm = comm.trim();
+            if matches!(comm, "rustc" | "cargo" | "go" | "compile" | "link" | "cc1") {
+                *busy.entry(comm.to_string()).or_default() += 1;
+            }
+        }
+    }
+    busy
+}
+
+/// The machine at one instant: load average and what else competes for it.
+fn machine_note(identity: &str) -> String {
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into());
+    let mut note = format!("load average {load}");
+    for (comm, n) in builds() {
+        note.push_str(&format!(", {n}× {comm}"));
+    }
+    for m in moonin_managers() {
+        if m.identity != identity {
+            note.push_str(&format!(
+                ", {} pid {} ({})",
+                if m.scaling {
+                    "RIVAL scaling manager"
+                } else {
+                    "other manager without scaling"
+                },
+                m.pid,
+                m.identity
+            ));
+        }
+    }
+    note
+}
+
+/// The API server's own `apiserver_request_duration_seconds` (sum, count) by
+/// (verb, resource[/subresource]), all clients together.
+type ServerTimes = BTreeMap<(String, String), (f64, f64)>;
+
+fn server_times() -> ServerTimes {
+    let mut out = ServerTimes::new();
+    let Ok(o) = std::process::Command::new("kubectl")
+        .args(["get", "--raw", "/metrics"])
+        .output()
+    else {
+        return out;
+    };
+    for line in String::from_utf8_lossy(&o.stdout).lines() {
+        let (is_sum, rest) =
+            if let Some(r) = line.strip_prefix("apiserver_request_duration_seconds_sum{") {
+                (true, r)
+            } else if let Some(r) = line.strip_prefix("apiserver_request_duration_seconds_count{") {
+                (false, r)
+            } else {
+                continue;
+            };
+        let Some(value) = rest.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        let sub = label(rest, "subresource");
+        let resource = match sub {
+            "" | "?" => label(rest, "resource").to_string(),
+            sub => format!("{}/{sub}", label(rest, "resource")),
+        };
+        let e = out
+            .entry((label(rest, "verb").to_string(), resource))
+            .or_default();
+        if is_sum {
+            e.0 += value;
+        } else {
+            e.1 += value;
+        }
+    }
+    out
+}
+
+async fn server_times_async() -> ServerTimes {
+    tokio::task::spawn_blocking(server_times)
+        .await
+        .unwrap_or_default()
+}
+
+/// The requests whose server-side time explains the latencies.
+const SERVER_ROWS: [(&str, &str); 7] = [
+    ("PATCH", "horizontalpodautoscalers"),
+    ("PATCH", "deployments"),
+    ("APPLY", "scalingtemplates/status"),
+    ("POST", "events"),
+    ("PATCH", "events"),
+    ("POST", "pods"),
+    ("PATCH", "pods/status"),
+];
+
+// ---------------------------------------------------------------------------------------
+// Objects.
+
+fn deployment(name: &str) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": REPLICAS,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [{"name": "app", "image": "registry.example/app:1",
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
+                    "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]
+                }
+            }
+        }
+    }))
+    .expect("deployment")
+}
+
+fn hpa(name: &str) -> HorizontalPodAutoscaler {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": HPA_MIN,
+            "maxReplicas": HPA_MAX,
+            "metrics": [
+                {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}
+            ]
+        }
+    }))
+    .expect("hpa")
+}
+
+fn template(index: usize, actions: usize, open: Timestamp) -> ScalingTemplate {
+    let at = open.to_zoned(TimeZone::UTC);
+    let actions: Vec<Value> = (0..actions)
+        .map(|a| {
+            json!({
+                "name": format!("a{a}"),
+                "target": {"name": target_name(index, a)},
+                "minReplicas": ACTION_MIN,
+                "maxReplicas": ACTION_MAX
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "ScalingTemplate",
+        "metadata": {"name": template_name(index)},
+        "spec": {
+            "schedule": format!("{} {} * * *", at.minute(), at.hour()),
+            "timeZone": "UTC",
+            "duration": "1m",
+            "actions": actions
+        }
+    }))
+    .expect("template")
+}
+
+// ---------------------------------------------------------------------------------------
+// Statistics and the report.
+
+#[derive(Clone, Copy)]
+struct Stats {
+    n: usize,
+    p50: f64,
+    p95: f64,
+    p99: f64,
+    max: f64,
+}
+
+fn stats(mut v: Vec<f64>) -> Option<Stats> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    Some(Stats {
+        n: v.len(),
+        p50: rank(0.50),
+        p95: rank(0.95),
+        p99: rank(0.99),
+        max: v[v.len() - 1],
+    })
+}
+
+fn ms_since(boundary: Timestamp, at: Timestamp) -> f64 {
+    at.duration_since(boundary).as_millis_f64()
+}
+
+/// Per target: boundary → the edge `pick` of the HPA, of the Deployment, and of both.
+fn latencies(
+    seen: &Seen,
+    names: &[String],
+    boundary: Timestamp,
+    pick: fn(&Edges) -> Option<Timestamp>,
+) -> [Vec<f64>; 3] {
+    let mut out = [Vec::new(), Vec::new(), Vec::new()];
+    for name in names {
+        let h = seen.hpas.get(name).and_then(pick);
+        let d = seen.deployments.get(name).and_then(pick);
+        if let Some(h) = h {
+            out[0].push(ms_since(boundary, h));
+        }
+        if let Some(d) = d {
+            out[1].push(ms_since(boundary, d));
+        }
+        if let (Some(h), Some(d)) = (h, d) {
+            out[2].push(ms_since(boundary, h.max(d)));
+        }
+    }
+    out
+}
+
+/// One boundary, from a scrape 1 s before it until it settled.
+struct Boundary {
+    before: Scrape,
+    settled: Scrape,
+    /// When the write counter last moved (±[`SCRAPE_EVERY`]).
+    last_write: Option<Timestamp>,
+    complete: bool,
+    /// Template changes the watch saw meanwhile (a status write that changed nothing
+    /// makes none).
+    template_changes: u64,
+    /// API server times from just before to just after.
+    server: (ServerTimes, ServerTimes),
+}
+
+struct Report {
+    open: Timestamp,
+    close: Timestamp,
+    hpa_open: Vec<f64>,
+    dep_open: Vec<f64>,
+    both_open: Vec<f64>,
+    hpa_close: Vec<f64>,
+    dep_close: Vec<f64>,
+    both_close: Vec<f64>,
+    raised_by_moonin: usize,
+    /// Templates carrying Moonin's finalizer more than once after startup.
+    duplicate_finalizers: usize,
+    /// p50 of one PATCH round trip from this process while the manager is idle.
+    round_trip: Option<f64>,
+    /// Per action position in its template: p50 and max of [HPA open, Deployment open,
+    /// HPA close, Deployment close].
+    positions: Vec<[Option<Stats>; 4]>,
+    /// Events published by moonin-scaling: (objects, occurrences).
+    events: (usize, i64),
+    flapping: Vec<String>,
+    startup: Scrape,
+    startup_secs: f64,
+    open_boundary: Boundary,
+    close_boundary: Boundary,
+    after_close: Scrape,
+    idle: Memory,
+    peak: Memory,
+    /// Load and competing processes at each checkpoint.
+    machine: Vec<(String, String)>,
+    any_other_manager: bool,
+    not_restored: Vec<String>,
+    phases: BTreeMap<String, usize>,
+    log_warnings: usize,
+    log_errors: usize,
+    /// The most frequent warning and error messages, with counts.
+    log_top: Vec<(usize, String)>,
+    log_path: String,
+    relists: u32,
+    watch_errors: u32,
+}
+
+fn kinds(s: &Scrape) -> String {
+    if s.writes.is_empty() {
+        return "—".into();
+    }
+    s.writes
+        .iter()
+        .map(|(k, v)| format!("{k} {}", count(*v)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A counter difference as an integer (never `-0`).
+fn count(v: f64) -> i64 {
+    v.round() as i64
+}
+
+fn errors(s: &Scrape) -> String {
+    if s.errors.is_empty() {
+        return "0".into();
+    }
+    s.errors
+        .iter()
+        .map(|(k, v)| format!("{k} {}", count(*v)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Report {
+    fn print(&self, p: &Params) {
+        let n = p.targets();
+        println!();
+        println!(
+            "## Boundary latency (window {} → {}; from the boundary instant to the first watch event showing the write)",
+            self.open, self.close
+        );
+        println!();
+        println!("| phase | n | p50 ms | p95 ms | p99 ms | max ms | goal: p99 < {GOAL_MS:.0} ms |");
+        println!("|---|---|---|---|---|---|---|");
+        let rows: [(&str, &Vec<f64>); 6] = [
+            ("window open → HPA override", &self.hpa_open),
+            ("window open → Deployment replicas raised", &self.dep_open),
+            ("window open → target done (both writes)", &self.both_open),
+            ("window close → HPA restored", &self.hpa_close),
+            (
+                "window close → Deployment replicas restored",
+                &self.dep_close,
+            ),
+            ("window close → target done (both writes)", &self.both_close),
+        ];
+        for (phase, values) in rows {
+            match stats(values.clone()) {
+                Some(s) => println!(
+                    "| {phase} | {}/{n} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+                    s.n,
+                    s.p50,
+                    s.p95,
+                    s.p99,
+                    s.max,
+                    if s.p99 < GOAL_MS && s.n == n {
+                        "met"
+                    } else {
+                        "MISSED"
+                    }
+                ),
+                None => println!("| {phase} | 0/{n} | — | — | — | — | MISSED |"),
+            }
+        }
+        println!();
+        println!(
+            "Deployments raised by Moonin's own patch (its restore record in the same event): {} of {} ({} raised first by the HPA controller enforcing the new minimum).",
+            self.raised_by_moonin,
+            self.dep_open.len(),
+            self.dep_open.len() - self.raised_by_moonin
+        );
+        println!();
+        println!(
+            "By the action's position in its template (actions are written one after another, each followed by its Event):"
+        );
+        println!();
+        println!(
+            "| action | open → HPA p50 / max ms | open → Deployment p50 / max ms | close → HPA p50 / max ms | close → Deployment p50 / max ms |"
+        );
+        println!("|---|---|---|---|---|");
+        for (a, row) in self.positions.iter().enumerate() {
+            let cell = |s: &Option<Stats>| {
+                s.map_or_else(|| "—".into(), |s| format!("{:.0} / {:.0}", s.p50, s.max))
+            };
+            println!(
+                "| a{a} | {} | {} | {} | {} |",
+                cell(&row[0]),
+                cell(&row[1]),
+                cell(&row[2]),
+                cell(&row[3])
+            );
+        }
+        if let Some(rt) = self.round_trip {
+            println!();
+            println!(
+                "For scale: one PATCH round trip from this process took {rt:.0} ms (p50 of 20, just before the window, manager idle). One template's actions are written one after another, each write followed by its Event: {} requests in sequence for {} actions, before its status write.",
+                4 * self.positions.len(),
+                self.positions.len()
+            );
+        }
+        println!();
+        for (what, b, boundary) in [
+            ("open", &self.open_boundary, self.open),
+            ("close", &self.close_boundary, self.close),
+        ] {
+            println!(
+                "Last write of the {what} boundary counted at {} after it (status writes included; ±{} ms){}.",
+                b.last_write
+                    .map(|t| format!("{:.0} ms", ms_since(boundary, t)))
+                    .unwrap_or_else(|| "—".into()),
+                SCRAPE_EVERY.as_millis(),
+                if b.complete {
+                    ""
+                } else {
+                    "; NOT every write was seen before the deadline"
+                }
+            );
+        }
+
+        println!();
+        println!("## API writes by the manager (moonin_api_writes_total)");
+        println!();
+        println!("| interval | writes | by kind | reconciles | reconcile errors | goal |");
+        println!("|---|---|---|---|---|---|");
+        let min = p.minimum_writes();
+        let rows = [
+            (
+                format!(
+                    "startup (process start → settled, {:.1} s)",
+                    self.startup_secs
+                ),
+                self.startup.clone(),
+                format!("minimum {}", 2 * p.templates),
+            ),
+            (
+                "window open (1 s before → settled)".to_string(),
+                self.open_boundary.settled.minus(&self.open_boundary.before),
+                format!("minimum {min}"),
+            ),
+            (
+                "between boundaries (settled after open → 1 s before close)".to_string(),
+                self.close_boundary
+                    .before
+                    .minus(&self.open_boundary.settled),
+                "0".to_string(),
+            ),
+            (
+                "window close (1 s before → settled)".to_string(),
+                self.close_boundary
+                    .settled
+                    .minus(&self.close_boundary.before),
+                format!("minimum {min}"),
+            ),
+            (
+                "after close (settled → +10 s)".to_string(),
+                self.after_close.minus(&self.close_boundary.settled),
+                "0".to_string(),
+            ),
+        ];
+        for (interval, d, goal) in rows {
+            println!(
+                "| {interval} | {} | {} | {} | {} | {goal} |",
+                count(d.total()),
+                kinds(&d),
+                count(d.reconciles),
+                errors(&d)
+            );
+        }
+        println!();
+        for (what, b) in [
+            ("open", &self.open_boundary),
+            ("close", &self.close_boundary),
+        ] {
+            let d = b.settled.minus(&b.before);
+            let status = d
+                .writes
+                .iter()
+                .filter(|(k, _)| k.ends_with("/status"))
+                .map(|(_, v)| count(*v))
+                .sum::<i64>();
+            println!(
+                "Window {what}: {status} template status writes; the benchmark's watch saw {} template changes, so {} status writes changed nothing.",
+                b.template_changes,
+                (status - b.template_changes as i64).max(0)
+            );
+        }
+        println!();
+        println!(
+            "API server time per request during each boundary (its own apiserver_request_duration_seconds, all clients; from 3 s before the boundary until it settled):"
+        );
+        println!();
+        println!("| request | open: n | open: mean ms | close: n | close: mean ms |");
+        println!("|---|---|---|---|---|");
+        for (verb, resource) in SERVER_ROWS {
+            let cell = |b: &Boundary| {
+                let key = (verb.to_string(), resource.to_string());
+                let (s1, c1) = b.server.0.get(&key).copied().unwrap_or_default();
+                let (s2, c2) = b.server.1.get(&key).copied().unwrap_or_default();
+                let n = c2 - c1;
+                if n > 0.0 {
+                    format!("{} | {:.0}", count(n), (s2 - s1) / n * 1000.0)
+                } else {
+                    "0 | —".to_string()
+                }
+            };
+            println!(
+                "| {verb} {resource} | {} | {} |",
+                cell(&self.open_boundary),
+                cell(&self.close_boundary)
+            );
+        }
+        println!();
+        println!(
+            "Events published by moonin-scaling during the run (each one an API create or patch, not counted in moonin_api_writes_total): {} objects, {} occurrences.",
+            self.events.0, self.events.1
+        );
+        println!();
+        println!(
+            "Manager RSS: idle {} (VmRSS 1 s before the window opens; VmHWM until then {}), peak {} (VmHWM after both boundaries), {} at the end (VmRSS).",
+            mib(self.idle.rss_kib),
+            mib(self.idle.hwm_kib),
+            mib(self.peak.hwm_kib),
+            mib(self.peak.rss_kib)
+        );
+
+        println!();
+        println!(
+            "## Reference: published defaults of the polling systems Moonin replaces (NOT measured here)"
+        );
+        println!();
+        let worst = [&self.both_open, &self.both_close]
+            .into_iter()
+            .filter_map(|v| stats(v.clone()))
+            .map(|s| s.p99)
+            .fold(f64::NAN, f64::max);
+        let ratio = |ms: f64| {
+            if worst.is_finite() && worst > 0.0 {
+                format!("{:.1}×", ms / worst)
+            } else {
+                "—".into()
+            }
+        };
+        println!(
+            "| system | how a boundary takes effect (published defaults) | delay after the boundary | ÷ Moonin's worst p99 above |"
+        );
+        println!("|---|---|---|---|");
+        println!(
+            "| KEDA cron scaler | KEDA polls the scaler every `pollingInterval` (default 30 s), then the HPA controller acts on its next sync (`--horizontal-pod-autoscaler-sync-period`, default 15 s) | up to ~45 000 ms | {} |",
+            ratio(45_000.0)
+        );
+        println!(
+            "| the agent Moonin replaces | polled an external \"Scaling Rules API\" every 30 s | up to ~30 000 ms | {} |",
+            ratio(30_000.0)
+        );
+        println!();
+        println!(
+            "These rows are published defaults, not measurements: KEDA's metrics adapter is not run on the local control plane, so KEDA is not run side by side here."
+        );
+
+        println!();
+        println!("## Checks");
+        println!();
+        println!(
+            "- targets not exactly restored after the close (spec, replicas or moonin.io/ marks): {}{}",
+            self.not_restored.len(),
+            listing(&self.not_restored)
+        );
+        println!(
+            "- objects whose value changed more than twice (override + restore): {}{}",
+            self.flapping.len(),
+            listing(&self.flapping)
+        );
+        println!(
+            "- templates carrying Moonin's finalizer more than once after startup: {}",
+            self.duplicate_finalizers
+        );
+        println!(
+            "- template phases after the close: {}",
+            self.phases
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        println!(
+            "- manager log: {} warnings, {} errors ({})",
+            self.log_warnings, self.log_errors, self.log_path
+        );
+        for (n, msg) in &self.log_top {
+            println!("  - {n}× {msg}");
+        }
+        println!(
+            "- benchmark watches: {} relists, {} errors (a relist would delay an arrival time)",
+            self.relists, self.watch_errors
+        );
+        println!("- the machine at each checkpoint:");
+        for (when, note) in &self.machine {
+            println!("  - {when}: {note}");
+        }
+        if self.any_other_manager {
+            println!(
+                "- WARNING: another `moonin run` with the scaling controller was running; it reconciles these templates too, so rerun for clean numbers"
+            );
+        } else {
+            println!("- no other `moonin run` with the scaling controller at any checkpoint");
+        }
+    }
+}
+
+fn listing(v: &[String]) -> String {
+    if v.is_empty() {
+        String::new()
+    } else {
+        let shown: Vec<&str> = v.iter().take(10).map(String::as_str).collect();
+        format!(
+            " ({}{})",
+            shown.join(", "),
+            if v.len() > 10 { ", …" } else { "" }
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The run.
+
+async fn run() -> ExitCode {
+    let params = match Params::from_env() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("boundary_latency: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(client) = harness::cluster().await else {
+        eprintln!(
+            "boundary_latency: no Kubernetes control plane is reachable. Start the local one and point KUBECONFIG at it:\n  e2e/cluster up\n  eval \"$(e2e/cluster env)\"\n  cargo bench --bench boundary_latency"
+        );
+        return ExitCode::from(2);
+    };
+    print_header(&client, &params).await;
+
+    harness::install_crds(&client).await;
+    let mut ns = TestNamespace::new(&client, "bench-boundary").await;
+    let user = ns.grant_manager_rbac();
+    let kubeconfig = harness::impersonating_kubeconfig(&user);
+    let identity = format!("bench-{}", ns.name);
+    progress(&format!("namespace {}", ns.name));
+
+    let mut manager: Option<Manager> = None;
+    let outcome = measure(
+        &client,
+        &ns.name,
+        &params,
+        &kubeconfig,
+        &identity,
+        &mut manager,
+    )
+    .await;
+    let code = match &outcome {
+        Ok(report) => {
+            report.print(&params);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("boundary_latency: {e}");
+            if let Some(m) = &manager {
+                eprintln!("manager log: {}", m.log.display());
+            }
+            ExitCode::from(3)
+        }
+    };
+    cleanup(&client, &ns.name, manager.is_some()).await;
+    drop(manager);
+    drop(ns);
+    let _ = std::fs::remove_file(&kubeconfig);
+    code
+}
+
+fn progress(what: &str) {
+    eprintln!("[{}] {what}", Timestamp::now().strftime("%H:%M:%S%.3f"));
+}
+
+async fn print_header(client: &Client, p: &Params) {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .map_or_else(
+            || "?".into(),
+            |kib| format!("{:.1} GiB", kib as f64 / 1048576.0),
+        );
+    let version = client
+        .apiserver_version()
+        .await
+        .map(|v| v.git_version)
+        .unwrap_or_else(|_| "?".into());
+    let tree = std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .current_dir(common::root())
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "?".into());
+    println!("# Moonin scaling boundary latency");
+    println!();
+    println!("- command: `{}`", p.command());
+    println!(
+        "- parameters: {} templates × {} actions = {} Deployments (replicas {REPLICAS}), each with its own HPA (min {HPA_MIN}, max {HPA_MAX}); action minReplicas {ACTION_MIN}, maxReplicas {ACTION_MAX}; every template `schedule: \"M H * * *\"`, `timeZone: UTC`, `duration: 1m` (the same minute for all)",
+        p.templates,
+        p.actions,
+        p.targets()
+    );
+    println!(
+        "- machine: {cores} cores ({cpu}), {mem} RAM; local control plane (e2e/cluster: kube-apiserver {version}, etcd, kube-controller-manager, kube-scheduler, kwok) on the same machine as the manager and this benchmark"
+    );
+    println!("- source: `git describe --always --dirty` = {tree}");
+    println!(
+        "- manager: one `moonin run --controllers scaling` (release build), impersonating the ServiceAccount with config/rbac; latencies are taken by watches in this process"
+    );
+}
+
+fn deadline_error(what: &str) -> String {
+    format!("timed out waiting for {what}")
+}
+
+/// Polls `probe` every 200 ms until it returns `Some`, or fails at `deadline`.
+async fn until<T, F, Fut>(what: &str, deadline: Instant, mut probe: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    loop {
+        if let Some(v) = probe().await {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            return Err(deadline_error(what));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn sleep_until(t: Timestamp) {
+    if let Ok(d) = Duration::try_from(t.duration_since(Timestamp::now())) {
+        tokio::time::sleep(d).await;
+    }
+}
+
+/// Waits out a boundary: until `done` holds for what the watches saw and the write
+/// counter stood still for [`QUIET`], or `deadline`.
+async fn boundary(
+    addr: SocketAddr,
+    seen: &Shared,
+    before: Scrape,
+    deadline: Instant,
+    done: impl Fn(&Seen) -> bool,
+) -> Boundary {
+    let changes_before = seen.lock().expect("seen").template_changes;
+    let mut last = before.clone();
+    let mut last_write = None;
+    let mut moved = Instant::now();
+    loop {
+        tokio::time::sleep(SCRAPE_EVERY).await;
+        if let Some(s) = scrape(addr).await {
+            if s.total() != last.total() {
+                last_write = Some(Timestamp::now());
+                moved = Instant::now();
+            }
+            last = s;
+        }
+        let (complete, changes) = {
+            let s = seen.lock().expect("seen");
+            (done(&s), s.template_changes - changes_before)
+        };
+        if (complete && moved.elapsed() >= QUIET) || Instant::now() >= deadline {
+            return Boundary {
+                before,
+                settled: last,
+                last_write,
+                complete,
+                template_changes: changes,
+                server: Default::default(),
+            };
+        }
+    }
+}
+
+async fn measure(
+    client: &Client,
+    ns: &str,
+    p: &Params,
+    kubeconfig: &std::path::Path,
+    identity: &str,
+    manager_slot: &mut Option<Manager>,
+) -> Result<Report, String> {
+    let names = p.names();
+    let n = names.len();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), ns);
+    let templates: Api<ScalingTemplate> = Api::namespaced(client.clone(), ns);
+
+    let seen: Shared = Arc::default();
+    spawn_watch(hpas.clone(), seen.clone(), 0, on_hpa);
+    spawn_watch(deployments.clone(), seen.clone(), 1, on_deployment);
+    spawn_watch(templates.clone(), seen.clone(), 2, on_template);
+    until(
+        "the benchmark's watches to sync",
+        Instant::now() + Duration::from_secs(30),
+        || async {
+            seen.lock()
+                .expect("seen")
+                .synced
+                .iter()
+                .all(|s| *s)
+                .then_some(())
+        },
+    )
+    .await?;
+
+    // 1. The targets.
+    let started = Instant::now();
+    let pp = PostParams::default();
+    stream::iter(names.clone())
+        .map(|name| {
+            let (deployments, hpas, pp) = (deployments.clone(), hpas.clone(), pp.clone());
+            async move {
+                deployments.create(&pp, &deployment(&name)).await?;
+                hpas.create(&pp, &hpa(&name)).await?;
+                Ok::<_, kube::Error>(())
+            }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await
+        .map_err(|e| format!("creating the Deployments and HPAs: {e}"))?;
+    progress(&format!(
+        "created {n} Deployments and {n} HPAs in {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+    let available = until(
+        "every Deployment to be available",
+        Instant::now() + Duration::from_secs(300),
+        || async {
+            let s = seen.lock().expect("seen");
+            (s.hpas.len() == n && s.available.values().filter(|a| **a >= REPLICAS).count() == n)
+                .then_some(())
+        },
+    )
+    .await;
+    if let Err(e) = available {
+        progress(&format!("{e}; going on (the control plane is still busy)"));
+    } else {
+        progress(&format!(
+            "every Deployment available after {:.1} s",
+            started.elapsed().as_secs_f64()
+        ));
+    }
+    let quiet_wait = Duration::from_secs(p.quiet_secs);
+    let waited = Instant::now();
+    let quiet = until(
+        "a quiet machine (no other scaling manager, no build)",
+        Instant::now() + quiet_wait,
+        || async { (rival_managers(identity).is_empty() && builds().is_empty()).then_some(()) },
+    )
+    .await;
+    match quiet {
+        Ok(()) if waited.elapsed() > Duration::from_secs(1) => progress(&format!(
+            "waited {:.0} s for a quiet machine",
+            waited.elapsed().as_secs_f64()
+        )),
+        Ok(()) => {}
+        Err(e) => progress(&format!(
+            "{e} for {} s; going on, numbers may be noisy ({})",
+            quiet_wait.as_secs(),
+            machine_note(identity)
+        )),
+    }
+
+    // 2. The templates, on the next whole minute that leaves time to set up.
+    let earliest = Timestamp::now().as_second() + p.setup_secs;
+    let open = Timestamp::from_second((earliest + 59) / 60 * 60).expect("timestamp");
+    let close = open + SignedDuration::from_secs(60);
+    progress(&format!("window {open} → {close}"));
+    stream::iter(0..p.templates)
+        .map(|t| {
+            let (templates, pp) = (templates.clone(), pp.clone());
+            async move { templates.create(&pp, &template(t, p.actions, open)).await }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await
+        .map_err(|e| format!("creating the templates: {e}"))?;
+    progress(&format!("created {} templates", p.templates));
+
+    // 3. The manager.
+    let launched = Instant::now();
+    let manager = Manager::start(
+        kubeconfig,
+        identity,
+        &["--namespace", ns, "--controllers", "scaling"],
+    )
+    .await;
+    let addr = manager.addr;
+    let log_path = manager.log.display().to_string();
+    let pid = moonin_managers()
+        .into_iter()
+        .find(|m| m.identity == identity)
+        .map(|m| m.pid)
+        .ok_or("the manager's process is not in /proc")?;
+    *manager_slot = Some(manager);
+    let setup_deadline = Instant::now()
+        + Duration::try_from(open.duration_since(Timestamp::now()) - SignedDuration::from_secs(3))
+            .unwrap_or_default();
+    until(
+        "the manager to be ready and lead",
+        setup_deadline,
+        || async move {
+            tokio::task::spawn_blocking(move || {
+                http_get(addr, "/readyz")?;
+                http_get(addr, "/metrics")?
+                    .lines()
+                    .any(|l| l == "moonin_leader 1")
+                    .then_some(())
+            })
+            .await
+            .ok()
+            .flatten()
+        },
+    )
+    .await
+    .map_err(|e| format!("{e} before the window (raise MOONIN_BENCH_SETUP_SECS)"))?;
+    progress(&format!(
+        "manager pid {pid} ready and leading after {:.1} s",
+        launched.elapsed().as_secs_f64()
+    ));
+    let templates_idle = |list: &[ScalingTemplate]| {
+        list.len() == p.templates
+            && list.iter().all(|t| {
+                t.finalizers().iter().any(|f| f == keys::FINALIZER)
+                    && t.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Idle")
+            })
+    };
+    let mut last_total = f64::NAN;
+    let mut moved = Instant::now();
+    let startup = loop {
+        if let Some(s) = scrape(addr).await {
+            if s.total() != last_total {
+                (last_total, moved) = (s.total(), Instant::now());
+            } else if moved.elapsed() >= QUIET
+                && let Ok(list) = templates.list(&ListParams::default()).await
+                && templates_idle(&list.items)
+            {
+                break s;
+            }
+        }
+        if Instant::now() >= setup_deadline {
+            return Err(format!(
+                "{} before the window (raise MOONIN_BENCH_SETUP_SECS)",
+                deadline_error("every template to be Idle and the manager quiet")
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let startup_secs = launched.elapsed().as_secs_f64() - QUIET.as_secs_f64();
+    let duplicate_finalizers = templates
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .filter(|t| {
+                    t.finalizers()
+                        .iter()
+                        .filter(|f| *f == keys::FINALIZER)
+                        .count()
+                        > 1
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    let round_trip = patch_round_trip(client, ns).await;
+    progress(&format!(
+        "templates Idle; {} startup writes; {:.0} s until the window opens",
+        count(startup.total()),
+        open.duration_since(Timestamp::now()).as_secs_f64()
+    ));
+
+    // 4. The window opens.
+    let mut seen_others: Vec<(String, String)> = Vec::new();
+    sleep_until(open - SignedDuration::from_secs(3)).await;
+    let server_before_open = server_times_async().await;
+    sleep_until(open - SignedDuration::from_secs(1)).await;
+    let before_open = scrape_retrying(addr).await?;
+    let idle = memory(pid);
+    seen_others.push(("1 s before open".to_string(), machine_note(identity)));
+    let all = |pick: fn(&Edges) -> Option<Timestamp>| {
+        let names = names.clone();
+        move |s: &Seen| {
+            names.iter().all(|name| {
+                s.hpas.get(name).and_then(pick).is_some()
+                    && s.deployments.get(name).and_then(pick).is_some()
+            })
+        }
+    };
+    let mut open_boundary = boundary(
+        addr,
+        &seen,
+        before_open,
+        Instant::now() + Duration::from_secs(50),
+        all(|e| e.open),
+    )
+    .await;
+    open_boundary.server = (server_before_open, server_times_async().await);
+    progress(&format!(
+        "open boundary settled ({} writes)",
+        count(open_boundary.settled.minus(&open_boundary.before).total())
+    ));
+    seen_others.push(("open settled".to_string(), machine_note(identity)));
+
+    // 5. The window closes.
+    sleep_until(close - SignedDuration::from_secs(3)).await;
+    let server_before_close = server_times_async().await;
+    sleep_until(close - SignedDuration::from_secs(1)).await;
+    let before_close = scrape_retrying(addr).await?;
+    seen_others.push(("1 s before close".to_string(), machine_note(identity)));
+    let mut close_boundary = boundary(
+        addr,
+        &seen,
+        before_close,
+        Instant::now() + Duration::from_secs(60),
+        all(|e| e.close),
+    )
+    .await;
+    close_boundary.server = (server_before_close, server_times_async().await);
+    progress(&format!(
+        "close boundary settled ({} writes)",
+        count(close_boundary.settled.minus(&close_boundary.before).total())
+    ));
+    seen_others.push(("close settled".to_string(), machine_note(identity)));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let after_close = scrape_retrying(addr).await?;
+    let peak = memory(pid);
+
+    // 6. What is left.
+    let mut not_restored = Vec::new();
+    let marked = |a: &BTreeMap<String, String>| a.keys().any(|k| k.starts_with("moonin.io/"));
+    for h in hpas
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        if h.spec.min_replicas != Some(HPA_MIN)
+            || h.spec.max_replicas != HPA_MAX
+            || marked(h.annotations())
+        {
+            not_restored.push(format!(
+                "HPA {} min {:?} max {}",
+                h.name_any(),
+                h.spec.min_replicas,
+                h.spec.max_replicas
+            ));
+        }
+    }
+    for d in deployments
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        let replicas = d.spec.as_ref().and_then(|s| s.replicas);
+        if replicas != Some(REPLICAS) || marked(d.annotations()) {
+            not_restored.push(format!("Deployment {} replicas {replicas:?}", d.name_any()));
+        }
+    }
+    let mut phases = BTreeMap::new();
+    for t in templates
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        let phase = t
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_else(|| "none".into());
+        *phases.entry(phase).or_default() += 1;
+    }
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let mut messages: BTreeMap<String, usize> = BTreeMap::new();
+    for line in log.lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if matches!(v["level"].as_str(), Some("WARN" | "ERROR")) {
+            let error = v["fields"]["error"].as_str().unwrap_or_default();
+            // One line per kind of problem: the message and the error without object names.
+            let error = error
+                .split(&format!("{ns}/"))
+                .next()
+                .unwrap_or_default()
+                .chars()
+                .take(120)
+                .collect::<String>();
+            let key = format!(
+                "{} {}: {error}",
+                v["level"].as_str().unwrap_or_default(),
+                v["fields"]["message"].as_str().unwrap_or_default()
+            );
+            *messages.entry(key).or_default() += 1;
+        }
+    }
+    let mut log_top: Vec<(usize, String)> = messages.into_iter().map(|(k, n)| (n, k)).collect();
+    log_top.sort_by_key(|b| std::cmp::Reverse(b.0));
+    log_top.truncate(5);
+    let level = |l: &str| {
+        log.lines()
+            .filter(|line| line.contains(&format!("\"level\":\"{l}\"")))
+            .count()
+    };
+
+    let events = moonin_events(client, ns).await;
+
+    let s = seen.lock().expect("seen");
+    let positions = (0..p.actions)
+        .map(|a| {
+            let names: Vec<String> = (0..p.templates).map(|t| target_name(t, a)).collect();
+            let [h_open, d_open, _] = latencies(&s, &names, open, |e| e.open);
+            let [h_close, d_close, _] = latencies(&s, &names, close, |e| e.close);
+            [h_open, d_open, h_close, d_close].map(stats)
+        })
+        .collect();
+    let [hpa_open, dep_open, both_open] = latencies(&s, &names, open, |e| e.open);
+    let [hpa_close, dep_close, both_close] = latencies(&s, &names, close, |e| e.close);
+    let raised_by_moonin = names
+        .iter()
+        .filter(|n| {
+            s.deployments
+                .get(*n)
+                .is_some_and(|e| e.open.is_some() && e.open_by_moonin)
+        })
+        .count();
+    let mut flapping: Vec<String> = s
+        .hpas
+        .iter()
+        .filter(|(_, e)| e.changes > 2)
+        .map(|(n, e)| format!("HPA {n}: {} changes", e.changes))
+        .chain(
+            s.deployments
+                .iter()
+                .filter(|(_, e)| e.changes > 2)
+                .map(|(n, e)| format!("Deployment {n}: {} changes", e.changes)),
+        )
+        .collect();
+    flapping.sort();
+    Ok(Report {
+        open,
+        close,
+        hpa_open,
+        dep_open,
+        both_open,
+        hpa_close,
+        dep_close,
+        both_close,
+        raised_by_moonin,
+        duplicate_finalizers,
+        round_trip,
+        positions,
+        events,
+        flapping,
+        startup,
+        startup_secs,
+        open_boundary,
+        close_boundary,
+        after_close,
+        idle,
+        peak,
+        any_other_manager: seen_others.iter().any(|(_, n)| n.contains("RIVAL")),
+        machine: seen_others,
+        not_restored,
+        phases,
+        log_top,
+        log_warnings: level("WARN"),
+        log_errors: level("ERROR"),
+        log_path,
+        relists: s.relists,
+        watch_errors: s.errors,
+    })
+}
+
+/// p50 of 20 sequential PATCHes of a ConfigMap of our own, before the boundary: what one
+/// request costs on this control plane when nothing else is going on.
+async fn patch_round_trip(client: &Client, ns: &str) -> Option<f64> {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = serde_json::from_value(json!({"metadata": {"name": "bench-probe"}})).ok()?;
+    api.create(&PostParams::default(), &cm).await.ok()?;
+    let mut times = Vec::new();
+    for i in 0..20 {
+        let started = Instant::now();
+        api.patch(
+            "bench-probe",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"i": i.to_string()}})),
+        )
+        .await
+        .ok()?;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    stats(times).map(|s| s.p50)
+}
+
+/// Events about the templates from moonin-scaling: (objects, occurrences counting series).
+async fn moonin_events(client: &Client, ns: &str) -> (usize, i64) {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let ours: Vec<_> = list
+        .into_iter()
+        .filter(|e| e.reporting_controller.as_deref() == Some("moonin-scaling"))
+        .collect();
+    let occurrences = ours
+        .iter()
+        .map(|e| e.series.as_ref().map_or(1, |s| i64::from(s.count)))
+        .sum();
+    (ours.len(), occurrences)
+}
+
+/// Deletes the templates while the manager runs (their finalizers revert the targets),
+/// then lets the namespace go. Without a manager, or if it does not finish, the
+/// finalizers are removed so the namespace is not stuck.
+async fn cleanup(client: &Client, ns: &str, manager_running: bool) {
+    let templates: Api<ScalingTemplate> = Api::namespaced(client.clone(), ns);
+    let started = Instant::now();
+    let _ = templates
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+    let gone = if manager_running {
+        until(
+            "the templates to be deleted",
+            Instant::now() + Duration::from_secs(120),
+            || async {
+                templates
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .is_empty()
+                    .then_some(())
+            },
+        )
+        .await
+    } else {
+        Err("no manager".into())
+    };
+    match gone {
+        Ok(()) => progress(&format!(
+            "cleanup: templates deleted (finalizers ran) in {:.1} s",
+            started.elapsed().as_secs_f64()
+        )),
+        Err(e) => {
+            progress(&format!("cleanup: {e}; removing the finalizers"));
+            if let Ok(list) = templates.list(&ListParams::default()).await {
+                for t in list.items {
+                    let _ = templates
+                        .patch(
+                            &t.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                        )
+                        .await;
+                }
+            }
+        }
+    }
+}

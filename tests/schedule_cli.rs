@@ -94,7 +94,7 @@ fn business_hours_across_santiago_fall_back() {
 
 #[test]
 fn nightly_ingest_stops_at_valid_until() {
-    // "@daily" in UTC, 3h, validUntil 2027-12-31T23:59:59Z: only two fires are left.
+    // 02:00 UTC daily, 3h, validUntil 2027-12-31T23:59:59Z: only two fires are left.
     let got = windows(&[
         &sample("clusterscalingtemplate.yaml"),
         "--from",
@@ -105,8 +105,8 @@ fn nightly_ingest_stops_at_valid_until() {
     assert_eq!(
         got,
         owned(&[
-            ("2027-12-30T00:00:00Z", "2027-12-30T03:00:00Z", false),
-            ("2027-12-31T00:00:00Z", "2027-12-31T03:00:00Z", false),
+            ("2027-12-30T02:00:00Z", "2027-12-30T05:00:00Z", false),
+            ("2027-12-31T02:00:00Z", "2027-12-31T05:00:00Z", false),
         ])
     );
     let after = windows(&[

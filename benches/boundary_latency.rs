@@ -438,11 +438,16 @@ fn rival_managers(identity: &str) -> Vec<String> {
         .collect()
 }
 
-/// Compilers and builds running on this machine, by command name.
+/// Compilers and builds running on this machine, by command name (not counting the
+/// `cargo bench` that runs this benchmark).
 fn builds() -> BTreeMap<String, usize> {
     let mut busy: BTreeMap<String, usize> = BTreeMap::new();
+    let parent = std::os::unix::process::parent_id().to_string();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for entry in dir.flatten() {
+            if entry.file_name().to_str() == Some(parent.as_str()) {
+                continue;
+            }
             let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else {
                 continue;
             };
@@ -689,8 +694,8 @@ struct Report {
     /// Per action position in its template: p50 and max of [HPA open, Deployment open,
     /// HPA close, Deployment close].
     positions: Vec<[Option<Stats>; 4]>,
-    /// Events published by moonin-scaling: (objects, occurrences).
-    events: (usize, i64),
+    /// Events published by moonin-scaling: (objects, occurrences, by type and reason).
+    events: (usize, i64, BTreeMap<String, i64>),
     flapping: Vec<String>,
     startup: Scrape,
     startup_secs: f64,
@@ -929,8 +934,15 @@ impl Report {
         }
         println!();
         println!(
-            "Events published by moonin-scaling during the run (each one an API create or patch, not counted in moonin_api_writes_total): {} objects, {} occurrences.",
-            self.events.0, self.events.1
+            "Events published by moonin-scaling during the run (each one an API create or patch, not counted in moonin_api_writes_total): {} objects, {} occurrences ({}).",
+            self.events.0,
+            self.events.1,
+            self.events
+                .2
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         println!();
         println!(
@@ -1065,15 +1077,11 @@ async fn run() -> ExitCode {
     progress(&format!("namespace {}", ns.name));
 
     let mut manager: Option<Manager> = None;
-    let outcome = measure(
-        &client,
-        &ns.name,
-        &params,
-        &kubeconfig,
-        &identity,
-        &mut manager,
-    )
-    .await;
+    // Ctrl-C or SIGTERM still cleans up: the templates carry finalizers.
+    let outcome = tokio::select! {
+        r = measure(&client, &ns.name, &params, &kubeconfig, &identity, &mut manager) => r,
+        why = interrupted() => Err(why.to_string()),
+    };
     let code = match &outcome {
         Ok(report) => {
             report.print(&params);
@@ -1087,11 +1095,24 @@ async fn run() -> ExitCode {
             ExitCode::from(3)
         }
     };
-    cleanup(&client, &ns.name, manager.is_some()).await;
+    // A signal to the process group may have stopped the manager too.
+    let alive = manager.is_some() && moonin_managers().iter().any(|m| m.identity == identity);
+    cleanup(&client, &ns.name, alive).await;
     drop(manager);
     drop(ns);
     let _ = std::fs::remove_file(&kubeconfig);
     code
+}
+
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "interrupted (SIGINT); cleaning up",
+        _ = term.recv() => "terminated (SIGTERM); cleaning up",
+    }
 }
 
 fn progress(what: &str) {
@@ -1638,8 +1659,9 @@ async fn patch_round_trip(client: &Client, ns: &str) -> Option<f64> {
     stats(times).map(|s| s.p50)
 }
 
-/// Events about the templates from moonin-scaling: (objects, occurrences counting series).
-async fn moonin_events(client: &Client, ns: &str) -> (usize, i64) {
+/// Events from moonin-scaling: (objects, occurrences counting series, occurrences by
+/// type and reason).
+async fn moonin_events(client: &Client, ns: &str) -> (usize, i64, BTreeMap<String, i64>) {
     let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
     let list = api
         .list(&ListParams::default())
@@ -1650,11 +1672,19 @@ async fn moonin_events(client: &Client, ns: &str) -> (usize, i64) {
         .into_iter()
         .filter(|e| e.reporting_controller.as_deref() == Some("moonin-scaling"))
         .collect();
-    let occurrences = ours
-        .iter()
-        .map(|e| e.series.as_ref().map_or(1, |s| i64::from(s.count)))
-        .sum();
-    (ours.len(), occurrences)
+    let times = |e: &k8s_openapi::api::events::v1::Event| {
+        e.series.as_ref().map_or(1, |s| i64::from(s.count))
+    };
+    let mut by_reason = BTreeMap::new();
+    for e in &ours {
+        let key = format!(
+            "{} {}",
+            e.type_.as_deref().unwrap_or("?"),
+            e.reason.as_deref().unwrap_or("?")
+        );
+        *by_reason.entry(key).or_default() += times(e);
+    }
+    (ours.len(), ours.iter().map(times).sum(), by_reason)
 }
 
 /// Deletes the templates while the manager runs (their finalizers revert the targets),

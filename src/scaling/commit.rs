@@ -190,13 +190,65 @@ impl Writer {
                 EventType::Normal
             },
             reason: note.reason.to_string(),
-            note: Some(truncate(&note.note, 1000)),
+            note: Some(truncate(&note.note, NOTE_MAX)),
             action: note.reason.to_string(),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, regarding).await {
             tracing::warn!(error = %e, reason = note.reason, "could not publish an Event");
         }
+    }
+
+    /// Writes `ops` wave by wave. Within a wave the actions run concurrently and each
+    /// action's ops run in order; an action stops at its first refused write. Returns the
+    /// Events of the writes that succeeded and the refusals by action.
+    async fn write_ops(
+        &self,
+        ops: &[Op],
+    ) -> Result<(Vec<EventNote>, BTreeMap<String, String>), CommitError> {
+        let mut waves: BTreeMap<decide::Wave, BTreeMap<&str, Vec<&Op>>> = BTreeMap::new();
+        for op in ops {
+            waves
+                .entry(op.wave)
+                .or_default()
+                .entry(op.action.as_str())
+                .or_default()
+                .push(op);
+        }
+        let mut notes = Vec::new();
+        let mut failed = BTreeMap::new();
+        for actions in waves.into_values() {
+            // An action refused in an earlier wave (its revert) is not applied.
+            let runs = actions
+                .into_iter()
+                .filter(|(action, _)| !failed.contains_key(*action))
+                .map(|(action, ops)| async move {
+                    let mut notes = Vec::new();
+                    for op in ops {
+                        match self.write(op).await {
+                            Ok(Ok(())) => notes.extend(op.event.clone()),
+                            Ok(Err(msg)) => return (action, notes, Ok(Some(msg))),
+                            Err(e) => return (action, notes, Err(e)),
+                        }
+                    }
+                    (action, notes, Ok(None))
+                });
+            let mut stop = None;
+            for (action, done, outcome) in futures::future::join_all(runs).await {
+                notes.extend(done);
+                match outcome {
+                    Ok(None) => {}
+                    Ok(Some(msg)) => {
+                        failed.insert(action.to_string(), msg);
+                    }
+                    Err(e) => stop = stop.or(Some(e)),
+                }
+            }
+            if let Some(e) = stop {
+                return Err(e);
+            }
+        }
+        Ok((notes, failed))
     }
 
     /// Runs a plan for `tpl`: finalizer first (so a deletion always reverts), the ops in
@@ -226,21 +278,10 @@ impl Writer {
             self.patch_template(&api, &name, ops).await?;
         }
 
-        let mut failed: BTreeMap<String, String> = BTreeMap::new();
-        for op in &plan.ops {
-            if failed.contains_key(&op.action) {
-                continue;
-            }
-            match self.write(op).await? {
-                Ok(()) => {
-                    if let Some(note) = &op.event {
-                        self.publish(note, &regarding).await;
-                    }
-                }
-                Err(msg) => {
-                    tracing::warn!(template = %name, action = %op.action, error = %msg, "write refused");
-                    failed.insert(op.action.clone(), msg);
-                }
+        let (notes, failed) = self.write_ops(&plan.ops).await?;
+        if !failed.is_empty() {
+            for (action, msg) in &failed {
+                tracing::warn!(template = %name, action = %action, error = %msg, "write refused");
             }
         }
 
@@ -262,20 +303,21 @@ impl Writer {
             self.metrics
                 .wrote(CONTROLLER, &format!("{}/status", T::kind(&())));
         }
-        for note in &plan.events {
-            self.publish(note, &regarding).await;
-        }
-        for (action, msg) in &failed {
-            self.publish(
-                &EventNote {
-                    warning: true,
-                    reason: crate::api::scaling::reasons::APPLY_FAILED,
-                    note: format!("{action}: {msg}"),
-                },
-                &regarding,
-            )
-            .await;
-        }
+        // Events last, after every write they report on succeeded; one Event per reason
+        // (its note lists the actions), so a boundary does not double the API traffic.
+        let mut all: Vec<EventNote> = notes;
+        all.extend(plan.events.iter().cloned());
+        all.extend(failed.iter().map(|(action, msg)| EventNote {
+            warning: true,
+            reason: crate::api::scaling::reasons::APPLY_FAILED,
+            note: format!("{action}: {msg}"),
+        }));
+        futures::future::join_all(
+            coalesce(all)
+                .iter()
+                .map(|note| self.publish(note, &regarding)),
+        )
+        .await;
 
         if plan.finalizer == Finalizer::Remove && failed.is_empty() {
             if !(self.is_leader)() {
@@ -360,6 +402,30 @@ impl Writer {
     }
 }
 
+/// Longest Event note the API server keeps.
+const NOTE_MAX: usize = 1000;
+
+/// Merges notes of the same type and reason into as few Events as fit [`NOTE_MAX`],
+/// keeping their order.
+fn coalesce(notes: Vec<EventNote>) -> Vec<EventNote> {
+    let mut out: Vec<EventNote> = Vec::new();
+    for note in notes {
+        let same = out.iter_mut().rev().find(|o| {
+            o.warning == note.warning
+                && o.reason == note.reason
+                && o.note.len() + 2 + note.note.len() <= NOTE_MAX
+        });
+        match same {
+            Some(o) => {
+                o.note.push_str("; ");
+                o.note.push_str(&note.note);
+            }
+            None => out.push(note),
+        }
+    }
+    out
+}
+
 fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
@@ -369,4 +435,45 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(warning: bool, reason: &'static str, text: &str) -> EventNote {
+        EventNote {
+            warning,
+            reason,
+            note: text.to_string(),
+        }
+    }
+
+    #[test]
+    fn coalesce_merges_by_type_and_reason_in_order() {
+        let out = coalesce(vec![
+            note(false, "Applied", "a"),
+            note(false, "ScaledUp", "b"),
+            note(false, "Applied", "c"),
+            note(true, "Applied", "d"),
+        ]);
+        assert_eq!(
+            out,
+            vec![
+                note(false, "Applied", "a; c"),
+                note(false, "ScaledUp", "b"),
+                note(true, "Applied", "d"),
+            ]
+        );
+    }
+
+    #[test]
+    fn coalesce_never_builds_a_note_longer_than_the_limit() {
+        let long = "x".repeat(400);
+        let out = coalesce((0..5).map(|_| note(false, "Applied", &long)).collect());
+        assert_eq!(out.len(), 3, "400+2+400 fits, a third does not");
+        assert!(out.iter().all(|n| n.note.len() <= NOTE_MAX));
+        let total: usize = out.iter().map(|n| n.note.matches('x').count()).sum();
+        assert_eq!(total, 2000, "nothing is dropped");
+    }
 }

@@ -329,6 +329,18 @@ pub struct Op {
     pub write: Write,
     /// Published after the write succeeds.
     pub event: Option<EventNote>,
+    /// Ops of different actions in the same wave may be written concurrently; waves run
+    /// in ascending order, and one action's ops always run in plan order.
+    pub wave: Wave,
+}
+
+/// When an op may run: every revert before every apply, each by its priority.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Wave {
+    /// 0 for reverts, 1 for applies.
+    pub phase: u8,
+    /// `priorityDown` for a revert, `priorityUp` for an apply.
+    pub priority: i32,
 }
 
 /// An Event about the template.
@@ -588,6 +600,7 @@ fn revert_target(
                         key.namespace, a.name
                     ),
                 )),
+                wave: Wave::default(),
             });
             continue;
         }
@@ -660,6 +673,7 @@ fn revert_target(
                 ops: patch,
             },
             event: Some(EventNote::normal("Reverted", note)),
+            wave: Wave::default(),
         });
     }
     if let Some(d) = &target.deployment {
@@ -717,6 +731,7 @@ fn revert_target(
                         target_replicas.map_or_else(|| "unchanged".to_string(), |r| r.to_string())
                     ),
                 )),
+                wave: Wave::default(),
             });
         }
     }
@@ -904,6 +919,7 @@ fn apply_action(
                         action.name, key.namespace, action.min_replicas, window.end
                     ),
                 )),
+                wave: Wave::default(),
             });
             via = "ProvisionalHPA";
             outcome_msg = format!(
@@ -1040,6 +1056,7 @@ fn apply_action(
                             window.end
                         ),
                     }),
+                    wave: Wave::default(),
                 });
             }
         }
@@ -1087,6 +1104,7 @@ fn apply_action(
                     ),
                 )
             }),
+            wave: Wave::default(),
         });
     }
 
@@ -1244,7 +1262,15 @@ pub fn decide(snap: &Snapshot, now: Timestamp) -> Plan {
     }
     reverts.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
     let reverted_actions: Vec<String> = reverts.iter().map(|r| r.1.clone()).collect();
-    let mut ops: Vec<Op> = reverts.into_iter().flat_map(|r| r.2).collect();
+    let mut ops: Vec<Op> = reverts
+        .into_iter()
+        .flat_map(|(priority, _, ops)| {
+            ops.into_iter().map(move |o| Op {
+                wave: Wave { phase: 0, priority },
+                ..o
+            })
+        })
+        .collect();
 
     // Applies, or the idle state of each action.
     let prev_action = |name: &str| prev.actions.iter().find(|a| a.name == name);
@@ -1305,7 +1331,11 @@ pub fn decide(snap: &Snapshot, now: Timestamp) -> Plan {
                 Outcome::new(&a.name, &key, st, msg)
             }
         };
-        ops.extend(outcome.ops.iter().cloned());
+        let wave = Wave {
+            phase: 1,
+            priority: a.priority_up,
+        };
+        ops.extend(outcome.ops.iter().map(|o| Op { wave, ..o.clone() }));
         outcomes.push(outcome);
     }
 

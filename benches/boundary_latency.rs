@@ -794,7 +794,8 @@ impl Report {
         );
         println!();
         println!(
-            "By the action's position in its template (actions are written one after another, each followed by its Event):"
+            "By the action's position in its template (a template's actions of equal priority are written concurrently, each as Deployment then autoscaler; the manager keeps at most {} requests in flight):",
+            moonin::scaling::commit::MAX_IN_FLIGHT
         );
         println!();
         println!(
@@ -816,9 +817,8 @@ impl Report {
         if let Some(rt) = self.round_trip {
             println!();
             println!(
-                "For scale: one PATCH round trip from this process took {rt:.0} ms (p50 of 20, just before the window, manager idle). One template's actions are written one after another, each write followed by its Event: {} requests in sequence for {} actions, before its status write.",
-                4 * self.positions.len(),
-                self.positions.len()
+                "For scale: one PATCH round trip from this process took {rt:.0} ms (p50 of 20, just before the window, manager idle); a boundary needs at least {} writes.",
+                p.minimum_writes()
             );
         }
         println!();

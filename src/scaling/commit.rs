@@ -40,13 +40,21 @@ pub enum CommitError {
     Template(#[source] kube::Error),
 }
 
+/// The API server's message for a JSON Patch it could not apply to the stored object.
+const PATCH_NOT_APPLICABLE: &str = "the server rejected our request due to an error in our request";
+
 /// Whether an API error means "the object moved under us".
 pub fn is_conflict(e: &kube::Error) -> bool {
     match e {
         kube::Error::Api(s) => {
             s.code == 409
                 || (s.code == 422
-                    && (s.message.contains("test") || s.message.contains("precondition")))
+                    && (s.message.contains("test")
+                        || s.message.contains("precondition")
+                        // How the API server reports a JSON Patch that does not apply
+                        // (its `test` of the resourceVersion failed); the cause is only
+                        // in the details, which the client does not keep.
+                        || s.message == PATCH_NOT_APPLICABLE))
                 || s.message.contains("Precondition failed")
         }
         _ => false,
@@ -71,7 +79,14 @@ pub struct Writer {
     pub metrics: Metrics,
     /// Checked before every write.
     pub is_leader: std::sync::Arc<dyn Fn() -> bool + Send + Sync>,
+    /// Bounds the requests in flight, shared by every reconcile: when 100 windows open
+    /// at once, a few dozen kept-alive connections carry the writes in arrival order
+    /// instead of hundreds of new TLS connections competing for the API server.
+    pub in_flight: std::sync::Arc<tokio::sync::Semaphore>,
 }
+
+/// Requests one manager's scaling controller has in flight at most.
+pub const MAX_IN_FLIGHT: usize = 32;
 
 impl Writer {
     fn params() -> PatchParams {
@@ -84,6 +99,7 @@ impl Writer {
     /// Performs one op. Conflicts come back as `Err(Ok(_))`-style [`CommitError`]s; other
     /// refusals as a message for the action.
     async fn write(&self, op: &Op) -> Result<Result<(), String>, CommitError> {
+        let _permit = self.in_flight.acquire().await;
         if !(self.is_leader)() {
             return Err(CommitError::NotLeader);
         }
@@ -194,6 +210,7 @@ impl Writer {
             action: note.reason.to_string(),
             secondary: None,
         };
+        let _permit = self.in_flight.acquire().await;
         if let Err(e) = self.recorder.publish(&event, regarding).await {
             tracing::warn!(error = %e, reason = note.reason, "could not publish an Event");
         }
@@ -297,6 +314,7 @@ impl Writer {
                 "status": status,
             });
             let pp = PatchParams::apply(field_manager::MANAGER).force();
+            let _permit = self.in_flight.acquire().await;
             api.patch_status(&name, &pp, &Patch::Apply(&body))
                 .await
                 .map_err(CommitError::Template)?;

@@ -280,6 +280,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
             ),
             metrics: ctx.metrics.clone(),
             is_leader,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(super::commit::MAX_IN_FLIGHT)),
         },
         metrics: ctx.metrics.clone(),
         leader: leader.clone(),

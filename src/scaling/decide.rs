@@ -881,6 +881,15 @@ fn apply_action(
         ops.extend(revert_target(key, &only_p, &|m| is_ours(m, &t.uid), None));
     }
 
+    // The Deployment's replicas before any override: its own record when an earlier
+    // commit already raised it (the Deployment is written first), else what it has now.
+    let dep_ours = is_ours_for(&dep.marks, &t.uid, &action.name);
+    let base_replicas = if dep_ours {
+        dep.original_replicas
+    } else {
+        dep.replicas
+    };
+    let dep_at = ops.len();
     let recorded_replicas;
     let via;
     match carrier {
@@ -889,9 +898,9 @@ fn apply_action(
             let eff_max = action.max_replicas.max(dep.replicas());
             let original = Original {
                 spec: BTreeMap::new(),
-                deployment_replicas: dep.replicas,
+                deployment_replicas: base_replicas,
             };
-            recorded_replicas = dep.replicas;
+            recorded_replicas = base_replicas;
             let hpa = provisional_hpa(
                 t,
                 &name,
@@ -960,7 +969,7 @@ fn apply_action(
                     .and_then(|o| o.deployment_replicas)
                     .or(dep.replicas)
             } else {
-                dep.replicas
+                base_replicas
             };
             outcome_msg = format!("{what}: {min_f} {}, {max_f} {eff_max}", action.min_replicas);
             let write = if !ours {
@@ -1023,7 +1032,7 @@ fn apply_action(
                             (min_f.to_string(), c.min),
                             (max_f.to_string(), c.max),
                         ]),
-                        deployment_replicas: dep.replicas,
+                        deployment_replicas: base_replicas,
                     };
                     marks.push((
                         keys::ORIGINAL,
@@ -1063,7 +1072,9 @@ fn apply_action(
     }
 
     // The Deployment: raised to the new minimum now, its original replicas recorded once.
-    let dep_ours = is_ours_for(&dep.marks, &t.uid, &action.name);
+    // It is written before the autoscaler: raised first, it already meets the new minimum
+    // when the HPA controller reacts to the override, so that controller never scales it
+    // between our two writes (which would refuse the second one's precondition).
     let original_replicas = if dep_ours {
         dep.original_replicas
     } else {
@@ -1085,27 +1096,30 @@ fn apply_action(
             ));
             patch.extend(set_annotations(dep.marks.has_annotations, &marks));
         }
-        ops.push(Op {
-            action: action.name.clone(),
-            namespace: key.namespace.clone(),
-            name: dep.name.clone(),
-            write: Write::Patch {
-                kind: ObjectKind::Deployment,
-                ops: patch,
+        ops.insert(
+            dep_at,
+            Op {
+                action: action.name.clone(),
+                namespace: key.namespace.clone(),
+                name: dep.name.clone(),
+                write: Write::Patch {
+                    kind: ObjectKind::Deployment,
+                    ops: patch,
+                },
+                event: below.then(|| {
+                    EventNote::normal(
+                        "ScaledUp",
+                        format!(
+                            "{}: Deployment {key} replicas {} -> {}",
+                            action.name,
+                            dep.replicas(),
+                            action.min_replicas
+                        ),
+                    )
+                }),
+                wave: Wave::default(),
             },
-            event: below.then(|| {
-                EventNote::normal(
-                    "ScaledUp",
-                    format!(
-                        "{}: Deployment {key} replicas {} -> {}",
-                        action.name,
-                        dep.replicas(),
-                        action.min_replicas
-                    ),
-                )
-            }),
-            wave: Wave::default(),
-        });
+        );
     }
 
     let gave_up = drift.as_ref().is_some_and(|(stopped, _)| *stopped);

@@ -480,6 +480,15 @@ fn first_apply_on_an_existing_hpa() {
         vec![
             at(
                 "checkout",
+                dep_patch(vec![
+                    test_rv("d1"),
+                    add("/spec/replicas", 10),
+                    add(&ann(keys::OWNER), our_owner("checkout")),
+                    add(&ann(keys::ORIGINAL_REPLICAS), "3"),
+                ])
+            ),
+            at(
+                "checkout",
                 hpa_patch(vec![
                     test_rv("h1"),
                     add("/spec/minReplicas", 10),
@@ -492,21 +501,12 @@ fn first_apply_on_an_existing_hpa() {
                     ),
                 ])
             ),
-            at(
-                "checkout",
-                dep_patch(vec![
-                    test_rv("d1"),
-                    add("/spec/replicas", 10),
-                    add(&ann(keys::OWNER), our_owner("checkout")),
-                    add(&ann(keys::ORIGINAL_REPLICAS), "3"),
-                ])
-            ),
         ]
     );
     assert!(plan.ops.iter().all(|o| o.action == "checkout"));
     assert_eq!(
         op_events(&plan),
-        vec![(false, "Applied"), (false, "ScaledUp")]
+        vec![(false, "ScaledUp"), (false, "Applied")]
     );
     assert!(plan.events.is_empty(), "{:?}", plan.events);
 
@@ -565,7 +565,7 @@ fn first_apply_creates_the_annotation_map_when_there_is_none() {
     );
     let w = writes(&plan.ops);
     assert_eq!(
-        w[0],
+        w[1],
         at(
             "checkout",
             hpa_patch(vec![
@@ -582,6 +582,39 @@ fn first_apply_creates_the_annotation_map_when_there_is_none() {
                 ),
             ])
         )
+    );
+}
+
+/// A crash between the two writes of a first apply: the Deployment (written first) is
+/// already raised and marked; the HPA's record takes the Deployment's original replicas,
+/// not the raised count, and the Deployment is not written again.
+#[test]
+fn apply_after_a_crash_between_the_two_writes_records_the_original_replicas() {
+    let a = checkout();
+    let t = tgt(
+        Some(raised_deployment("checkout", "checkout", 3, 10)),
+        vec![hpa("checkout", Some(2), Some(20))],
+    );
+    let plan = decide(
+        &snap(template(vec![a.clone()]), vec![("checkout", t)]),
+        now(),
+    );
+    assert_eq!(
+        writes(&plan.ops),
+        vec![at(
+            "checkout",
+            hpa_patch(vec![
+                test_rv("h1"),
+                add("/spec/minReplicas", 10),
+                add("/spec/maxReplicas", 30),
+                add(&ann(keys::OWNER), our_owner("checkout")),
+                add(&ann(keys::APPLIED_HASH), hash(&a)),
+                add(
+                    &ann(keys::ORIGINAL),
+                    json!({"spec": {"minReplicas": 2, "maxReplicas": 20}, "deploymentReplicas": 3})
+                ),
+            ])
+        )]
     );
 }
 
@@ -617,6 +650,10 @@ fn spec_change_mid_window_reapplies_and_keeps_the_first_original() {
         vec![
             at(
                 "checkout",
+                dep_patch(vec![test_rv("d2"), add("/spec/replicas", 12)])
+            ),
+            at(
+                "checkout",
                 hpa_patch(vec![
                     test_rv("h2"),
                     add("/spec/minReplicas", 12),
@@ -624,15 +661,11 @@ fn spec_change_mid_window_reapplies_and_keeps_the_first_original() {
                     add(&ann(keys::APPLIED_HASH), hash(&new)),
                 ])
             ),
-            at(
-                "checkout",
-                dep_patch(vec![test_rv("d2"), add("/spec/replicas", 12)])
-            ),
         ]
     );
     assert_eq!(
         op_events(&plan),
-        vec![(false, "Updated"), (false, "ScaledUp")]
+        vec![(false, "ScaledUp"), (false, "Updated")]
     );
     let st = act(&plan.status, "checkout");
     assert_eq!(st.state, "Applied");
@@ -808,6 +841,15 @@ fn keda_scaled_object_carries_the_override_and_its_hpa_is_never_patched() {
         vec![
             at(
                 "checkout",
+                dep_patch(vec![
+                    test_rv("d1"),
+                    add("/spec/replicas", 10),
+                    add(&ann(keys::OWNER), our_owner("checkout")),
+                    add(&ann(keys::ORIGINAL_REPLICAS), "3"),
+                ])
+            ),
+            at(
+                "checkout",
                 W::Patch(
                     ObjectKind::ScaledObject,
                     vec![
@@ -822,15 +864,6 @@ fn keda_scaled_object_carries_the_override_and_its_hpa_is_never_patched() {
                         ),
                     ]
                 )
-            ),
-            at(
-                "checkout",
-                dep_patch(vec![
-                    test_rv("d1"),
-                    add("/spec/replicas", 10),
-                    add(&ann(keys::OWNER), our_owner("checkout")),
-                    add(&ann(keys::ORIGINAL_REPLICAS), "3"),
-                ])
             ),
         ]
     );
@@ -1052,10 +1085,6 @@ fn no_autoscaler_creates_a_provisional_hpa() {
         writes(&plan.ops),
         vec![
             at(
-                "moonin-checkout",
-                W::Create(provisional_json(&a, 10, 30, json!(3)))
-            ),
-            at(
                 "checkout",
                 dep_patch(vec![
                     test_rv("d1"),
@@ -1063,6 +1092,10 @@ fn no_autoscaler_creates_a_provisional_hpa() {
                     add(&ann(keys::OWNER), our_owner("checkout")),
                     add(&ann(keys::ORIGINAL_REPLICAS), "3"),
                 ])
+            ),
+            at(
+                "moonin-checkout",
+                W::Create(provisional_json(&a, 10, 30, json!(3)))
             ),
         ]
     );
@@ -1073,7 +1106,7 @@ fn no_autoscaler_creates_a_provisional_hpa() {
     );
     assert_eq!(
         op_events(&plan),
-        vec![(false, "Applied"), (false, "ScaledUp")]
+        vec![(false, "ScaledUp"), (false, "Applied")]
     );
 }
 
@@ -1553,7 +1586,7 @@ fn cluster_template_may_target_any_namespace() {
     let plan = decide(&s, now());
     assert_eq!(plan.ops.len(), 2);
     assert!(plan.ops.iter().all(|o| o.namespace == "billing"));
-    let owner = match &plan.ops[0].write {
+    let owner = match &plan.ops[1].write {
         Write::Patch { ops, .. } => norm_ops(ops)[3]["value"].clone(),
         w => panic!("{w:?}"),
     };

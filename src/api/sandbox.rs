@@ -568,3 +568,11 @@ pub struct SandboxClaimStatus {
     #[schemars(schema_with = "crate::api::schema::conditions")]
     pub conditions: Vec<Condition>,
 }
+
+/// Condition reasons and Event reasons of the sandbox controllers that are not named where
+/// they are decided.
+pub mod reasons {
+    /// Pool `Ready=False`: the API server refused a Pod built from `spec.template`
+    /// (an invalid template, a quota, an admission webhook); the message quotes it.
+    pub const POD_CREATE_FAILED: &str = "PodCreateFailed";
+}

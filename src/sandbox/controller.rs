@@ -31,11 +31,11 @@ use super::autoscaler::{
     self, Admission, PodState, PoolPod, PoolView, QueueStats, RecommendationHistory, ScaleDownMark,
     SiblingPool, Snapshot,
 };
-use super::pool::{self, ClaimView, PodOp, PodView, PoolSnapshot, keys};
+use super::pool::{self, ClaimView, InFlightBinds, PodOp, PodView, PoolSnapshot, keys};
 use crate::api::{
     conditions::{self, Desired, types},
     field_manager,
-    sandbox::{SandboxClaim, SandboxClaimStatus, SandboxEnv, SandboxPool, ScalingGroup},
+    sandbox::{SandboxClaim, SandboxClaimStatus, SandboxEnv, SandboxPool, ScalingGroup, reasons},
 };
 use crate::manager::{
     cache,
@@ -72,10 +72,51 @@ fn conflict(e: &kube::Error) -> bool {
     crate::scaling::commit::is_conflict(e)
 }
 
-/// Pods created by this process that the cache has not shown yet, per pool.
+/// Writes of this process the caches have not shown yet, per pool (`ns/name`): Pods
+/// created, Pods patched as bound (→ claim), claims written as bound (UID → Pod).
 #[derive(Default)]
 struct InFlight {
     creates: HashMap<String, BTreeMap<String, std::time::Instant>>,
+    pod_binds: HashMap<String, BTreeMap<String, (ClaimRef, std::time::Instant)>>,
+    claim_binds: HashMap<String, BTreeMap<String, (String, std::time::Instant)>>,
+}
+
+/// A claim as a Pod's annotation names it: `(name, uid)`.
+type ClaimRef = (String, String);
+
+impl InFlight {
+    /// The binds still in flight for a pool, after dropping those older than the TTL.
+    fn binds(&mut self, key: &str) -> InFlightBinds {
+        let ttl = pool::IN_FLIGHT_TTL.unsigned_abs();
+        let pods = self.pod_binds.entry(key.to_string()).or_default();
+        pods.retain(|_, (_, at)| at.elapsed() < ttl);
+        let claims = self.claim_binds.entry(key.to_string()).or_default();
+        claims.retain(|_, (_, at)| at.elapsed() < ttl);
+        InFlightBinds {
+            pods: pods
+                .iter()
+                .map(|(k, (c, _))| (k.clone(), c.clone()))
+                .collect(),
+            claims: claims
+                .iter()
+                .map(|(k, (p, _))| (k.clone(), p.clone()))
+                .collect(),
+        }
+    }
+
+    /// Forgets binds the caches now show.
+    fn seen(&mut self, key: &str, pods: &[String], claims: &[String]) {
+        if let Some(m) = self.pod_binds.get_mut(key) {
+            for p in pods {
+                m.remove(p);
+            }
+        }
+        if let Some(m) = self.claim_binds.get_mut(key) {
+            for c in claims {
+                m.remove(c);
+            }
+        }
+    }
 }
 
 struct Shared {
@@ -90,6 +131,12 @@ struct Shared {
     /// The autoscaler's recommendation history per Pool (`ns/name`), in process memory.
     history: Mutex<HashMap<String, RecommendationHistory>>,
     in_flight: Mutex<InFlight>,
+    /// One autoscaler decision at a time per scaling group (`ns/env-uid/group`): siblings
+    /// share the group's min and max.
+    groups: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// `spec.replicas` this process wrote per Pool (`ns/name`), with the resourceVersion
+    /// the write returned, until the Pool cache shows it: a sibling's decision counts it.
+    sizes: Mutex<HashMap<String, (i32, String, std::time::Instant)>>,
     /// When this process first saw each Pending claim (creation times have 1 s resolution).
     first_seen: Mutex<HashMap<String, Timestamp>>,
     recorder: Recorder,
@@ -256,13 +303,19 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
         });
         entry.keys().cloned().collect()
     };
-    let claims: Vec<ClaimView> = ctx
+    let mut claims: Vec<ClaimView> = ctx
         .claims
         .state()
         .iter()
         .filter(|c| claim_targets(c, &pool))
         .map(|c| claim_view(c))
         .collect();
+    {
+        let mut g = ctx.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let binds = g.binds(&key);
+        let (seen_pods, seen_claims) = binds.overlay(&mut views, &mut claims);
+        g.seen(&key, &seen_pods, &seen_claims);
+    }
     let mut retry = false;
     // The autoscaler (Load → Decide → Commit steps 1–3) for a Pool of a scaling group
     // whose Env the cache shows; it sets the size the plan below works to.
@@ -272,6 +325,17 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
         && let Some(env) = env_of(&ctx, &pool)
     {
         let group = group_of(&env, &group_name);
+        let lock = ctx
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(format!(
+                "{ns}/{}/{group_name}",
+                env.uid().unwrap_or_default()
+            ))
+            .or_default()
+            .clone();
+        let _one_decision_per_group = lock.lock().await;
         // Demand: every Pending claim no Pod names, including those this cycle binds
         // to idle Pods (decide subtracts the idle Pods itself).
         let dry_run = pool::plan(
@@ -336,6 +400,7 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
     // Conflicts retry at once from fresh caches; refusals (quota, a terminating namespace)
     // back off.
     let mut failed = false;
+    let mut create_error: Option<String> = None;
     for op in &plan.ops {
         if !ctx.leader.is_leader() {
             return Ok(Action::await_change());
@@ -368,6 +433,10 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
                             .or_default()
                             .remove(pod_name);
                         tracing::warn!(pool = %key, error = %e, "creating a sandbox Pod failed");
+                        create_error.get_or_insert(match &e {
+                            kube::Error::Api(s) => s.message.clone(),
+                            other => other.to_string(),
+                        });
                         failed = true;
                     }
                 }
@@ -387,7 +456,24 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
                 ]));
                 ctx.wrote("Pod");
                 match pod_api.patch(pod, &pp, &patch).await {
-                    Ok(_) => bind_claim(&ctx, &ns, claim, pod, Some(ip.clone()), now).await,
+                    Ok(_) => {
+                        ctx.in_flight
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .pod_binds
+                            .entry(key.clone())
+                            .or_default()
+                            .insert(
+                                pod.clone(),
+                                (
+                                    (claim.clone(), claim_uid.clone()),
+                                    std::time::Instant::now(),
+                                ),
+                            );
+                        if !bind_claim(&ctx, &key, claim, pod, Some(ip.clone()), now).await {
+                            retry = true;
+                        }
+                    }
                     Err(e) if conflict(&e) => retry = true,
                     Err(e) => {
                         tracing::warn!(pool = %key, %pod, error = %e, "binding refused");
@@ -396,7 +482,9 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
                 }
             }
             PodOp::FinishBind { pod, ip, claim } => {
-                bind_claim(&ctx, &ns, claim, pod, ip.clone(), now).await;
+                if !bind_claim(&ctx, &key, claim, pod, ip.clone(), now).await {
+                    retry = true;
+                }
             }
             PodOp::Unclaim {
                 pod,
@@ -469,6 +557,14 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
             format!("{starting} sandbox Pods starting"),
         ),
     ];
+    if let Some(msg) = &create_error {
+        desired[0] = Desired::new(
+            types::READY,
+            false,
+            reasons::POD_CREATE_FAILED,
+            format!("the API server refused a sandbox Pod from spec.template: {msg}"),
+        );
+    }
     if let Some(a) = &auto {
         desired.extend(a.decision.conditions.iter().cloned());
     }
@@ -512,6 +608,22 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
                 retry = true;
             }
         }
+    }
+    if let Some(msg) = &create_error
+        && status_written
+        && !conditions::has_reason(
+            &current.conditions,
+            types::READY,
+            reasons::POD_CREATE_FAILED,
+        )
+    {
+        ctx.event(
+            &pool.object_ref(&()),
+            true,
+            reasons::POD_CREATE_FAILED,
+            format!("creating a sandbox Pod from spec.template failed: {msg}"),
+        )
+        .await;
     }
     // Commit steps 4 and 5: the Events once the writes succeeded, the history, the next
     // look.
@@ -753,14 +865,8 @@ fn load(
         })
         .map(|p| SiblingPool {
             name: p.name_any(),
-            // A sibling decided concurrently may have chosen more than its spec shows yet.
-            replicas: p.spec.replicas.max(
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.auto_scaling.as_ref())
-                    .and_then(|a| a.desired_replicas)
-                    .unwrap_or(0),
-            ),
+            // What this process last wrote, until the cache shows that write.
+            replicas: written_replicas(ctx, p).unwrap_or(p.spec.replicas),
         })
         .collect();
     let claims: Vec<Arc<SandboxClaim>> = ctx
@@ -837,6 +943,24 @@ fn load(
         admission: admission(ctx, pool, missing),
         history,
     }
+}
+
+/// The `spec.replicas` this process wrote to `pool` that the cache does not show yet.
+fn written_replicas(ctx: &Shared, pool: &SandboxPool) -> Option<i32> {
+    let key = format!(
+        "{}/{}",
+        pool.namespace().unwrap_or_default(),
+        pool.name_any()
+    );
+    let mut sizes = ctx.sizes.lock().unwrap_or_else(|e| e.into_inner());
+    let (replicas, rv, at) = sizes.get(&key)?;
+    if pool.resource_version().as_ref() == Some(rv)
+        || at.elapsed() >= pool::IN_FLIGHT_TTL.unsigned_abs()
+    {
+        sizes.remove(&key);
+        return None;
+    }
+    Some(*replicas)
 }
 
 /// A JSON merge patch that turns `old` into `new`: what `new` lacks is set to null.
@@ -956,6 +1080,14 @@ async fn commit_pods_and_size(
             Ok(p) => {
                 replicas = p.spec.replicas;
                 resource_version = p.resource_version();
+                ctx.sizes.lock().unwrap_or_else(|e| e.into_inner()).insert(
+                    format!("{ns}/{name}"),
+                    (
+                        replicas,
+                        resource_version.clone().unwrap_or_default(),
+                        std::time::Instant::now(),
+                    ),
+                );
             }
             Err(e) if conflict(&e) => return Ok(None),
             Err(e) => return Err(e.into()),
@@ -1018,21 +1150,26 @@ fn json_patch(v: serde_json::Value) -> Patch<()> {
 }
 
 /// Writes a claim's Bound status (only from Pending: the patch tests that it has no Pod).
+/// Writes a claim's status as bound to `pod`, guarded by the claim's resourceVersion so a
+/// claim is never moved from one Pod to another, and remembers the write until the claim
+/// cache shows it. `pool_key` is `ns/pool`. False when the write must be retried.
 async fn bind_claim(
     ctx: &Shared,
-    ns: &str,
+    pool_key: &str,
     claim: &str,
     pod: &str,
     ip: Option<String>,
     now: Timestamp,
-) {
+) -> bool {
+    let ns = pool_key.split('/').next().unwrap_or_default();
     let Some(c) = ctx
         .claims
         .state()
         .into_iter()
         .find(|c| c.name_any() == claim && c.namespace().as_deref() == Some(ns))
     else {
-        return;
+        // Deleted meanwhile: the pool releases the Pod.
+        return true;
     };
     let api: Api<SandboxClaim> = Api::namespaced(ctx.client.clone(), ns);
     let uid = c.uid().unwrap_or_default();
@@ -1062,16 +1199,28 @@ async fn bind_claim(
         c.metadata.generation,
         now,
     );
-    let body = json!({"status": status});
+    let body = json!({
+        "metadata": {"resourceVersion": c.resource_version()},
+        "status": status,
+    });
     let pp = PatchParams {
         field_manager: Some(field_manager::SANDBOX.to_string()),
         ..PatchParams::default()
     };
     ctx.wrote("SandboxClaim/status");
     if let Err(e) = api.patch_status(claim, &pp, &Patch::Merge(&body)).await {
-        tracing::warn!(%claim, error = %e, "claim status write failed; the next reconcile finishes it");
-        return;
+        if !conflict(&e) {
+            tracing::warn!(%claim, error = %e, "claim status write failed; the next reconcile finishes it");
+        }
+        return false;
     }
+    ctx.in_flight
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .claim_binds
+        .entry(pool_key.to_string())
+        .or_default()
+        .insert(uid.clone(), (pod.to_string(), std::time::Instant::now()));
     let regarding = c.object_ref(&());
     ctx.event(
         &regarding,
@@ -1080,6 +1229,7 @@ async fn bind_claim(
         format!("bound to sandbox Pod {pod} after {wait} ms"),
     )
     .await;
+    true
 }
 
 /// Claims: a missing pool or env is reported (not retried in a loop), a lifetime ends the
@@ -1548,6 +1698,8 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         quotas: quotas.clone(),
         history: Mutex::new(HashMap::new()),
         in_flight: Mutex::new(InFlight::default()),
+        groups: Mutex::new(HashMap::new()),
+        sizes: Mutex::new(HashMap::new()),
         first_seen: Mutex::new(HashMap::new()),
         recorder: Recorder::new(
             client.clone(),

@@ -338,9 +338,51 @@ fn release(p: &PodView, recycle: RecyclePolicy) -> PodOp {
     }
 }
 
-/// How long a create may stay invisible in the cache before it is forgotten (the create
-/// failed silently or the Pod was deleted before the cache saw it).
-pub const IN_FLIGHT_TTL: SignedDuration = SignedDuration::from_secs(30);
+/// How long a write of this process may stay invisible in the cache before it is
+/// forgotten (a create that failed silently, a Pod deleted before the cache saw it). Long
+/// enough that a cache lagging under load does not make the pool create Pods twice.
+pub const IN_FLIGHT_TTL: SignedDuration = SignedDuration::from_secs(120);
+
+/// Bindings this process wrote that the caches may not show yet: the Pod patch of a bind
+/// (Pod → claim) and the claim status write (claim → Pod). Overlaid on the cached views
+/// before planning, so a lagging cache never binds one claim twice or hands a just-bound
+/// Pod to another claim.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InFlightBinds {
+    /// Pod name → the claim `(name, uid)` its bind patch wrote.
+    pub pods: std::collections::BTreeMap<String, (String, String)>,
+    /// Claim UID → the Pod its status write names.
+    pub claims: std::collections::BTreeMap<String, String>,
+}
+
+impl InFlightBinds {
+    /// Applies the writes to the views. Returns the entries the caches now show (or that
+    /// no longer matter: the object is gone), which the caller forgets.
+    pub fn overlay(
+        &self,
+        pods: &mut [PodView],
+        claims: &mut [ClaimView],
+    ) -> (Vec<String>, Vec<String>) {
+        let mut seen_pods = Vec::new();
+        for (name, claim) in &self.pods {
+            match pods.iter_mut().find(|p| &p.name == name) {
+                Some(p) if p.claim.is_none() && !p.terminating => p.claim = Some(claim.clone()),
+                _ => seen_pods.push(name.clone()),
+            }
+        }
+        let mut seen_claims = Vec::new();
+        for (uid, pod) in &self.claims {
+            match claims.iter_mut().find(|c| &c.uid == uid) {
+                Some(c) if c.pending() => {
+                    c.phase = Some("Bound".into());
+                    c.pod_name = Some(pod.clone());
+                }
+                _ => seen_claims.push(uid.clone()),
+            }
+        }
+        (seen_pods, seen_claims)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -413,6 +455,73 @@ mod tests {
         let mut s = snap(3, vec![pod("a", true)], vec![]);
         s.in_flight_creates = vec!["b".into(), "c".into()];
         assert_eq!(plan(&s, names()).ops, vec![]);
+    }
+
+    #[test]
+    fn a_bind_the_caches_do_not_show_yet_is_not_made_twice() {
+        // This process bound claim c1 to Pod a; neither cache shows it yet.
+        let mut pods = vec![pod("a", true), pod("b", true)];
+        let mut claims = vec![claim("c1", 0)];
+        let binds = InFlightBinds {
+            pods: [("a".to_string(), ("c1".to_string(), "c1-uid".to_string()))].into(),
+            claims: [("c1-uid".to_string(), "a".to_string())].into(),
+        };
+        let (seen_pods, seen_claims) = binds.overlay(&mut pods, &mut claims);
+        assert!(seen_pods.is_empty() && seen_claims.is_empty());
+        let p = plan(&snap(2, pods, claims), names());
+        assert_eq!(p.ops, vec![], "no second bind, no FinishBind");
+        assert_eq!((p.counts.idle, p.counts.claimed), (1, 1));
+    }
+
+    #[test]
+    fn a_pod_bind_without_its_claim_write_is_finished_not_redone() {
+        // The Pod patch of a bind succeeded, the claim write did not (or is not seen).
+        let mut pods = vec![pod("a", true), pod("b", true)];
+        let mut claims = vec![claim("c1", 0)];
+        let binds = InFlightBinds {
+            pods: [("a".to_string(), ("c1".to_string(), "c1-uid".to_string()))].into(),
+            claims: Default::default(),
+        };
+        binds.overlay(&mut pods, &mut claims);
+        let p = plan(&snap(2, pods, claims), names());
+        assert_eq!(
+            p.ops,
+            vec![PodOp::FinishBind {
+                pod: "a".into(),
+                ip: Some("10.0.0.1".into()),
+                claim: "c1".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn binds_the_caches_show_are_forgotten() {
+        let mut a = pod("a", true);
+        a.claim = Some(("c1".into(), "c1-uid".into()));
+        let mut c1 = claim("c1", 0);
+        c1.phase = Some("Bound".into());
+        c1.pod_name = Some("a".into());
+        let binds = InFlightBinds {
+            pods: [
+                ("a".to_string(), ("c1".to_string(), "c1-uid".to_string())),
+                ("gone".to_string(), ("c2".to_string(), "c2-uid".to_string())),
+            ]
+            .into(),
+            claims: [
+                ("c1-uid".to_string(), "a".to_string()),
+                ("c2-uid".to_string(), "gone".to_string()),
+            ]
+            .into(),
+        };
+        let mut pods = vec![a.clone()];
+        let mut claims = vec![c1.clone()];
+        let (seen_pods, seen_claims) = binds.overlay(&mut pods, &mut claims);
+        assert_eq!(seen_pods, vec!["a".to_string(), "gone".to_string()]);
+        assert_eq!(
+            seen_claims,
+            vec!["c1-uid".to_string(), "c2-uid".to_string()]
+        );
+        assert_eq!((pods, claims), (vec![a], vec![c1]), "views unchanged");
     }
 
     #[test]

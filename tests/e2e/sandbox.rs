@@ -1,12 +1,21 @@
 //! Sandbox pools on the real control plane: kwok runs the Pods, `moonin run` runs as its
 //! ServiceAccount from `config/rbac`.
 
-use std::time::Duration;
+use std::{
+    collections::BTreeSet,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ListParams, PostParams},
+    runtime::watcher,
 };
 use moonin::api::sandbox::{SandboxClaim, SandboxEnv, SandboxPool};
 use serde_json::{Value, json};
@@ -455,4 +464,346 @@ async fn a_quota_that_admits_part_of_a_scale_up_saturates_the_pool() {
     .await;
     assert_eq!(pods(&rig).await.len(), 4, "the quota's four Pods, no more");
     assert!(!rig.events("as-a", "PartialScaleUp").await.is_empty());
+}
+
+/// Watches the namespace's sandbox Pods and records every breach of the scale-down
+/// invariants: a Pod holding a claim and a scale-down mark at once, and a Pod deleted while
+/// it holds a claim the test has not released.
+struct PodAudit {
+    marks_seen: Arc<AtomicUsize>,
+    violations: Arc<Mutex<Vec<String>>>,
+    released: Arc<Mutex<BTreeSet<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodAudit {
+    fn start(rig: &Rig) -> Self {
+        let api: Api<Pod> = Api::namespaced(rig.client.clone(), rig.ns());
+        let marks_seen = Arc::new(AtomicUsize::new(0));
+        let violations = Arc::new(Mutex::new(Vec::new()));
+        let released: Arc<Mutex<BTreeSet<String>>> = Arc::new(Mutex::new(BTreeSet::new()));
+        let (m, v, r) = (marks_seen.clone(), violations.clone(), released.clone());
+        let task = tokio::spawn(async move {
+            let mut events =
+                watcher(api, watcher::Config::default().labels("moonin.io/pool")).boxed();
+            while let Some(e) = events.next().await {
+                let (pod, deleted) = match e {
+                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => (p, false),
+                    Ok(watcher::Event::Delete(p)) => (p, true),
+                    _ => continue,
+                };
+                let name = pod.name_any();
+                let claim = pod.annotations().get("moonin.io/claim").cloned();
+                let marked = pod.annotations().contains_key("moonin.io/scale-down");
+                if marked {
+                    m.fetch_add(1, Ordering::SeqCst);
+                }
+                let mut out = v.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(c) = &claim {
+                    if marked {
+                        out.push(format!("{name} is claimed by {c} and marked for removal"));
+                    }
+                    let claim_name = c.split('/').next().unwrap_or_default().to_string();
+                    let gone = deleted || pod.metadata.deletion_timestamp.is_some();
+                    if gone
+                        && !r
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .contains(&claim_name)
+                    {
+                        out.push(format!("{name} was deleted while claim {c} holds it"));
+                    }
+                }
+            }
+        });
+        Self {
+            marks_seen,
+            violations,
+            released,
+            task,
+        }
+    }
+
+    fn marks_seen(&self) -> usize {
+        self.marks_seen.load(Ordering::SeqCst)
+    }
+
+    fn release(&self, claim: &str) {
+        self.released
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(claim.to_string());
+    }
+
+    fn violations(&self) -> Vec<String> {
+        self.violations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for PodAudit {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Pods of the namespace that carry a scale-down mark.
+async fn marked_pods(rig: &Rig) -> Vec<String> {
+    pods(rig)
+        .await
+        .into_iter()
+        .filter(|p| p.annotations().contains_key("moonin.io/scale-down"))
+        .map(|p| p.name_any())
+        .collect()
+}
+
+#[tokio::test]
+async fn claims_arriving_during_a_scale_down_never_get_a_pod_being_removed() {
+    let client = require_cluster!();
+    let rig = Rig::with_args(client, "sbx-race", &["--controllers", "sandbox"]).await;
+    let envs: Api<SandboxEnv> = Api::namespaced(rig.client.clone(), rig.ns());
+    let claims: Api<SandboxClaim> = Api::namespaced(rig.client.clone(), rig.ns());
+    let pod_api: Api<Pod> = Api::namespaced(rig.client.clone(), rig.ns());
+    // Idle Pods time out after a second, so every round ends in a scale-down; the next
+    // round's claims are created the moment its first mark is seen.
+    let group = json!({
+        "minReplicas": 1, "maxReplicas": 12,
+        "scaleUpPolicy": {"cooldownSeconds": 0, "quietWindowSeconds": 60, "maxStep": 12},
+        "scaleDownPolicy": {"stabilizationWindowSeconds": 1, "idleTimeoutSeconds": 1, "maxStep": 12}
+    });
+    let audit = PodAudit::start(&rig);
+    envs.create(&PostParams::default(), &autoscaled_env("as", 6, group))
+        .await
+        .expect("env");
+    const ROUNDS: usize = 20;
+    const CLAIMS: usize = 3;
+    for round in 0..ROUNDS {
+        let before = audit.marks_seen();
+        wait_for(
+            &format!("round {round}: a scale-down mark"),
+            Duration::from_secs(60),
+            || async { (audit.marks_seen() > before).then_some(()) },
+        )
+        .await;
+        let names: Vec<String> = (0..CLAIMS).map(|i| format!("r{round}-{i}")).collect();
+        for n in &names {
+            claims
+                .create(&PostParams::default(), &claim(n, "as-a", None))
+                .await
+                .expect("claim");
+        }
+        for n in &names {
+            let s = bound(&rig, n).await;
+            let pod_name = s["podName"].as_str().expect("podName").to_string();
+            let pod = pod_api.get(&pod_name).await.expect("the bound Pod exists");
+            assert!(
+                pod.metadata.deletion_timestamp.is_none(),
+                "round {round}: {n} is bound to {pod_name}, which is being deleted"
+            );
+            assert!(
+                !pod.annotations().contains_key("moonin.io/scale-down"),
+                "round {round}: {n} is bound to {pod_name}, which is marked for removal"
+            );
+        }
+        let v = audit.violations();
+        assert!(v.is_empty(), "round {round}: {v:#?}");
+        for n in &names {
+            audit.release(n);
+            claims
+                .delete(n, &DeleteParams::default())
+                .await
+                .expect("delete claim");
+        }
+    }
+    // The scale-downs finish: no mark left behind, the pool at its minimum.
+    wait_for(
+        "the pool back at its minimum without marks",
+        Duration::from_secs(60),
+        || async {
+            (pods(&rig).await.len() == 1 && marked_pods(&rig).await.is_empty()).then_some(())
+        },
+    )
+    .await;
+    let v = audit.violations();
+    assert!(v.is_empty(), "{v:#?}");
+    assert!(
+        audit.marks_seen() >= ROUNDS,
+        "every round raced a scale-down"
+    );
+}
+
+/// Waits until the pool settles at its group minimum of 1: one idle Pod, no mark, the
+/// counts and `spec.replicas` agreeing.
+async fn settles_at_the_minimum(rig: &Rig, within: Duration) -> Value {
+    let s = wait_for(
+        "the scale-down to finish at the minimum with no mark left",
+        within,
+        || async {
+            let s = pool_status(rig, "as-a").await;
+            let live = pods(rig).await.len();
+            (live == 1
+                && marked_pods(rig).await.is_empty()
+                && s["replicas"] == 1
+                && s["idleReplicas"] == 1)
+                .then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(pool_spec_replicas(rig, "as-a").await, Some(1), "{s}");
+    assert_eq!(s["autoScaling"]["desiredReplicas"], 1, "{s}");
+    s
+}
+
+#[tokio::test]
+async fn sigkill_in_the_middle_of_a_scale_down_leaves_no_mark_and_right_counts() {
+    let client = require_cluster!();
+    let mut rig = Rig::with_args(client, "sbx-kill", &["--controllers", "sandbox"]).await;
+    let envs: Api<SandboxEnv> = Api::namespaced(rig.client.clone(), rig.ns());
+    let pod_api: Api<Pod> = Api::namespaced(rig.client.clone(), rig.ns());
+    let group = |idle_timeout: u32| {
+        json!({
+            "minReplicas": 1, "maxReplicas": 10,
+            "scaleUpPolicy": {"cooldownSeconds": 0, "quietWindowSeconds": 600},
+            "scaleDownPolicy": {"stabilizationWindowSeconds": 1, "idleTimeoutSeconds": idle_timeout, "maxStep": 10}
+        })
+    };
+    let audit = PodAudit::start(&rig);
+
+    // 1. A live SIGKILL the moment the first mark is seen. How far the decision got (some
+    //    marks, the replicas write, some deletes) depends on timing; any point must heal.
+    envs.create(&PostParams::default(), &autoscaled_env("as", 8, group(2)))
+        .await
+        .expect("env");
+    idle_is(&rig, "as-a", 8).await;
+    wait_for("a scale-down mark", Duration::from_secs(30), || async {
+        (audit.marks_seen() > 0).then_some(())
+    })
+    .await;
+    rig.kill();
+    eprintln!(
+        "live SIGKILL: marks left {:?}, {} Pods left",
+        marked_pods(&rig).await,
+        pods(&rig).await.len()
+    );
+    rig.start().await;
+    settles_at_the_minimum(&rig, Duration::from_secs(150)).await;
+
+    // 2. The worst point, made exact: the manager dies right after marking, before the
+    //    replicas write and the status (so no status names the decision). Grow the pool
+    //    back with the idle timeout out of reach, stop the manager, and leave behind what
+    //    it would have: five idle Pods marked by a decision nobody knows.
+    envs.patch(
+        "as",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Json::<()>(
+            serde_json::from_value(json!([
+                {"op": "replace", "path": "/spec/autoscaling/groups/0", "value": group(600)},
+                {"op": "replace", "path": "/spec/clusters/0/members/0/spec/replicas", "value": 6},
+                {"op": "add", "path": "/spec/autoscaling/groups/0/name", "value": "g"},
+                {"op": "add", "path": "/spec/autoscaling/groups/0/minReplicas", "value": 6}
+            ]))
+            .expect("patch"),
+        ),
+    )
+    .await
+    .expect("grow the group");
+    idle_is(&rig, "as-a", 6).await;
+    rig.kill();
+    envs.patch(
+        "as",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Json::<()>(
+            serde_json::from_value(json!([
+                {"op": "replace", "path": "/spec/autoscaling/groups/0", "value": group(2)},
+                {"op": "add", "path": "/spec/autoscaling/groups/0/name", "value": "g"}
+            ]))
+            .expect("patch"),
+        ),
+    )
+    .await
+    .expect("idle timeout back to 2 s");
+    let mark = moonin::sandbox::autoscaler::ScaleDownMark {
+        decision: "crashed-before-its-status".into(),
+        expires_at: jiff::Timestamp::now() + jiff::SignedDuration::from_secs(60),
+    }
+    .to_annotation();
+    let victims: Vec<String> = pods(&rig)
+        .await
+        .iter()
+        .take(5)
+        .map(ResourceExt::name_any)
+        .collect();
+    for name in &victims {
+        pod_api
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(
+                    json!({"metadata": {"annotations": {"moonin.io/scale-down": mark}}}),
+                ),
+            )
+            .await
+            .expect("mark");
+    }
+    rig.start().await;
+    // The marks of an unknown decision are honoured (never bound) until they expire,
+    // then swept and reported; the next decision scales down to the minimum.
+    let s = settles_at_the_minimum(&rig, Duration::from_secs(150)).await;
+    let stuck = rig.events("as-a", "ScaleDownStuck").await;
+    assert!(!stuck.is_empty(), "the expired marks are reported: {s}");
+    let v = audit.violations();
+    assert!(v.is_empty(), "{v:#?}");
+    // Nothing moves afterwards.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(pods(&rig).await.len(), 1);
+    assert!(marked_pods(&rig).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_template_the_api_server_refuses_is_reported_on_the_pool() {
+    let client = require_cluster!();
+    let rig = Rig::with_args(client, "sbx-bad", &["--controllers", "sandbox"]).await;
+    let pools: Api<SandboxPool> = Api::namespaced(rig.client.clone(), rig.ns());
+    // Passes the CRD's schema; the API server's Pod validation refuses the container name.
+    let pool: SandboxPool = serde_json::from_value(json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "SandboxPool",
+        "metadata": {"name": "bad"},
+        "spec": {
+            "replicas": 2,
+            "template": {"spec": {"containers": [{"name": "Not_A_DNS_Label", "image": "registry.example/sandbox:1"}]}}
+        }
+    }))
+    .expect("pool");
+    pools
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect("the schema admits it");
+    let c = rig
+        .condition_of::<SandboxPool>("bad", "Ready", "False", "PodCreateFailed")
+        .await;
+    let msg = c["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("Not_A_DNS_Label"), "{c}");
+    let events = rig.events("bad", "PodCreateFailed").await;
+    assert_eq!(
+        events.len(),
+        1,
+        "one Warning, not one per retry: {events:?}"
+    );
+    assert!(pods(&rig).await.is_empty());
+    // Fixing the template clears it.
+    let fix = json!({"spec": {"template": {"spec": {"containers": [{"name": "sandbox", "image": "registry.example/sandbox:1"}]}}}});
+    pools
+        .patch(
+            "bad",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&fix),
+        )
+        .await
+        .expect("fix");
+    rig.condition_of::<SandboxPool>("bad", "Ready", "True", "PoolReady")
+        .await;
+    assert_eq!(pods(&rig).await.len(), 2);
 }

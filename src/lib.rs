@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod discovery;
 pub mod manager;
 pub mod sandbox;
 pub mod scaling;

@@ -691,6 +691,8 @@ struct Report {
     duplicate_finalizers: usize,
     /// p50 of one PATCH round trip from this process while the manager is idle.
     round_trip: Option<f64>,
+    /// The same number of writes sent by this process at one instant (see [`write_floor`]).
+    floor: Option<Stats>,
     /// Per action position in its template: p50 and max of [HPA open, Deployment open,
     /// HPA close, Deployment close].
     positions: Vec<[Option<Stats>; 4]>,
@@ -784,6 +786,24 @@ impl Report {
                 ),
                 None => println!("| {phase} | 0/{n} | — | — | — | — | MISSED |"),
             }
+        }
+        match &self.floor {
+            Some(f) => println!(
+                "| *floor: the same {} writes sent by this benchmark at one instant, {} in flight (annotation patches: no controller reacts)* | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+                2 * n,
+                moonin::scaling::commit::MAX_IN_FLIGHT,
+                f.n,
+                f.p50,
+                f.p95,
+                f.p99,
+                f.max,
+                if f.p99 < GOAL_MS {
+                    "the goal is reachable here"
+                } else {
+                    "the API server alone misses the goal here"
+                }
+            ),
+            None => println!("| *floor* | 0 | — | — | — | — | not measured |"),
         }
         println!();
         println!(
@@ -1328,6 +1348,17 @@ async fn measure(
         )),
     }
 
+    // The API server's write floor on this machine: the same number of writes (one per
+    // Deployment and one per HPA, Deployment first), sent by this process as fast as the
+    // same in-flight bound allows. Annotation-only, so no controller cascades follow.
+    let floor = write_floor(client, ns, &names).await;
+    if let Some(f) = &floor {
+        progress(&format!(
+            "write floor: {} writes, p99 {:.0} ms, all done after {:.0} ms",
+            f.n, f.p99, f.max
+        ));
+    }
+
     // 2. The templates, on the next whole minute that leaves time to set up.
     let earliest = Timestamp::now().as_second() + p.setup_secs;
     let open = Timestamp::from_second((earliest + 59) / 60 * 60).expect("timestamp");
@@ -1615,6 +1646,7 @@ async fn measure(
         raised_by_moonin,
         duplicate_finalizers,
         round_trip,
+        floor,
         positions,
         events,
         flapping,
@@ -1640,6 +1672,36 @@ async fn measure(
 
 /// p50 of 20 sequential PATCHes of a ConfigMap of our own, before the boundary: what one
 /// request costs on this control plane when nothing else is going on.
+/// Sends a merge patch of one annotation to every target's Deployment and then its HPA,
+/// with at most [`moonin::scaling::commit::MAX_IN_FLIGHT`] requests in flight, all started
+/// at one instant; the time from that instant to each write's response.
+async fn write_floor(client: &Client, ns: &str, names: &[String]) -> Option<Stats> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), ns);
+    let patch = Patch::Merge(json!({"metadata": {"annotations": {"bench/floor": "1"}}}));
+    let pp = PatchParams::default();
+    let start = Instant::now();
+    let times: Vec<f64> = stream::iter(names)
+        .map(|name| {
+            let (deployments, hpas, patch, pp) = (&deployments, &hpas, &patch, &pp);
+            async move {
+                let mut out = Vec::new();
+                if deployments.patch(name, pp, patch).await.is_ok() {
+                    out.push(start.elapsed().as_secs_f64() * 1000.0);
+                }
+                if hpas.patch(name, pp, patch).await.is_ok() {
+                    out.push(start.elapsed().as_secs_f64() * 1000.0);
+                }
+                out
+            }
+        })
+        .buffer_unordered(moonin::scaling::commit::MAX_IN_FLIGHT)
+        .flat_map(stream::iter)
+        .collect()
+        .await;
+    stats(times)
+}
+
 async fn patch_round_trip(client: &Client, ns: &str) -> Option<f64> {
     let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
     let cm = serde_json::from_value(json!({"metadata": {"name": "bench-probe"}})).ok()?;

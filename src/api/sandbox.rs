@@ -575,4 +575,10 @@ pub mod reasons {
     /// Pool `Ready=False`: the API server refused a Pod built from `spec.template`
     /// (an invalid template, a quota, an admission webhook); the message quotes it.
     pub const POD_CREATE_FAILED: &str = "PodCreateFailed";
+    /// Claim `Ready=False`: its `poolRef` names no SandboxPool in the namespace.
+    pub const POOL_NOT_FOUND: &str = "PoolNotFound";
+    /// Claim `Ready=False`: its `envRef` (and group) has no Pool in this cluster.
+    pub const ENV_NOT_FOUND: &str = "EnvNotFound";
+    /// Claim `Ready=False`: the pool exists; the claim waits for an idle Pod.
+    pub const QUEUED: &str = "Queued";
 }

@@ -145,6 +145,8 @@ struct Shared {
     seq: std::sync::atomic::AtomicU64,
     /// Every cache has listed once.
     synced: std::sync::atomic::AtomicBool,
+    /// Asks the claim controller to look at a claim again (a Pool it waited for appeared).
+    claim_requests: futures::channel::mpsc::UnboundedSender<ObjectRef<SandboxClaim>>,
 }
 
 impl Shared {
@@ -303,13 +305,28 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
         });
         entry.keys().cloned().collect()
     };
-    let mut claims: Vec<ClaimView> = ctx
+    let targeting: Vec<Arc<SandboxClaim>> = ctx
         .claims
         .state()
-        .iter()
+        .into_iter()
         .filter(|c| claim_targets(c, &pool))
-        .map(|c| claim_view(c))
         .collect();
+    // Claims that reported this Pool (or its Env's group) missing say otherwise now.
+    for c in &targeting {
+        let conds = c
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default();
+        if conditions::has_reason(conds, types::READY, reasons::POOL_NOT_FOUND)
+            || conditions::has_reason(conds, types::READY, reasons::ENV_NOT_FOUND)
+        {
+            let _ = ctx
+                .claim_requests
+                .unbounded_send(ObjectRef::from_obj(c.as_ref()));
+        }
+    }
+    let mut claims: Vec<ClaimView> = targeting.iter().map(|c| claim_view(c)).collect();
     {
         let mut g = ctx.in_flight.lock().unwrap_or_else(|e| e.into_inner());
         let binds = g.binds(&key);
@@ -1263,7 +1280,7 @@ async fn reconcile_claim(
                     .is_some();
                 (!exists).then(|| {
                     (
-                        "PoolNotFound",
+                        reasons::POOL_NOT_FOUND,
                         format!("SandboxPool {ns}/{} does not exist", r.name),
                     )
                 })
@@ -1276,7 +1293,7 @@ async fn reconcile_claim(
                     .count();
                 (pools == 0).then(|| {
                     (
-                        "EnvNotFound",
+                        reasons::ENV_NOT_FOUND,
                         match &r.group {
                             Some(g) => format!(
                                 "SandboxEnv {ns}/{} has no pool in group {g} in this cluster",
@@ -1304,7 +1321,27 @@ async fn reconcile_claim(
                         event = Some((true, reason, msg));
                     }
                 }
-                None => return Ok(Action::await_change()),
+                // Queued: the pool binds it. A Ready=False left from a missing pool is
+                // replaced, so the claim does not keep saying the pool is missing.
+                None => {
+                    let stale = [reasons::POOL_NOT_FOUND, reasons::ENV_NOT_FOUND]
+                        .iter()
+                        .any(|r| conditions::has_reason(&status.conditions, types::READY, r));
+                    if !stale {
+                        return Ok(Action::await_change());
+                    }
+                    next.conditions = conditions::merge(
+                        &status.conditions,
+                        &[Desired::new(
+                            types::READY,
+                            false,
+                            reasons::QUEUED,
+                            "waiting for an idle sandbox Pod",
+                        )],
+                        claim.metadata.generation,
+                        now,
+                    );
+                }
             }
         }
         "Bound" => {
@@ -1389,7 +1426,15 @@ async fn reconcile_claim(
         };
         ctx.wrote("SandboxClaim/status");
         match api
-            .patch_status(&name, &pp, &Patch::Merge(&json!({"status": next})))
+            .patch_status(
+                &name,
+                &pp,
+                // Guarded: the pool may bind the claim meanwhile.
+                &Patch::Merge(&json!({
+                    "metadata": {"resourceVersion": claim.resource_version()},
+                    "status": next,
+                })),
+            )
             .await
         {
             Ok(_) => {}
@@ -1624,6 +1669,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     );
     let pools = pool_ctl.store();
     let (pool_tx, pool_rx) = cache::requests::<SandboxPool>();
+    let (claim_tx, claim_rx) = cache::requests::<SandboxClaim>();
     // A Pod change reconciles its pool; a claim change, every pool it may bind from.
     let pod_trigger: cache::Trigger<Pod> = {
         let tx = pool_tx.clone();
@@ -1712,6 +1758,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         leader: ctx.leadership.clone(),
         seq: std::sync::atomic::AtomicU64::new(0),
         synced: std::sync::atomic::AtomicBool::new(false),
+        claim_requests: claim_tx,
     });
 
     let pool_ctl = pool_ctl
@@ -1722,6 +1769,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         .for_each(log_result);
 
     let claim_ctl = claim_ctl
+        .reconcile_on(claim_rx)
         .reconcile_all_on(ctx.leadership.acquisitions())
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
         .run(reconcile_claim, error_policy, shared.clone())

@@ -182,6 +182,33 @@ async fn the_pool_fills_claims_bind_fifo_and_released_sandboxes_are_replaced() {
         .expect("claim");
     rig.condition_of::<SandboxClaim>("lost", "Ready", "False", "PoolNotFound")
         .await;
+    // The pool appears, empty: the claim no longer says it is missing, it is queued.
+    let pools: Api<SandboxPool> = Api::namespaced(rig.client.clone(), rig.ns());
+    let found: SandboxPool = serde_json::from_value(json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "SandboxPool",
+        "metadata": {"name": "nope"},
+        "spec": {"replicas": 0, "template": {"spec": {"containers": [{"name": "sandbox", "image": "registry.example/sandbox:1"}]}}}
+    }))
+    .expect("pool");
+    pools
+        .create(&PostParams::default(), &found)
+        .await
+        .expect("pool");
+    rig.condition_of::<SandboxClaim>("lost", "Ready", "False", "Queued")
+        .await;
+    // It grows: the claim binds.
+    pools
+        .patch(
+            "nope",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .expect("grow");
+    bound(&rig, "lost").await;
+    rig.condition_of::<SandboxClaim>("lost", "Ready", "True", "Bound")
+        .await;
 
     // A lifetime ends the claim.
     claims

@@ -31,10 +31,10 @@ pub struct Registered {
     pub run: fn(Context, Readiness) -> futures::future::BoxFuture<'static, anyhow::Result<()>>,
 }
 
-/// Every controller built into this binary. A controller appears here only once it works;
-/// the discovery controller lands with its issue.
+/// Every controller built into this binary.
 pub fn registry() -> Vec<Registered> {
     vec![
+        crate::discovery::controller::registered(),
         crate::scaling::controller::registered(),
         crate::sandbox::controller::registered(),
     ]

@@ -120,7 +120,13 @@ impl TestNamespace {
     /// `config/rbac` (its ClusterRoles, bound here and cluster-wide as the kustomization
     /// does for `moonin-system`) and returns the user name to impersonate.
     pub fn grant_manager_rbac(&mut self) -> String {
-        let dir = crate::common::root().join("config/rbac");
+        self.grant_rbac("config/rbac")
+    }
+
+    /// Like [`TestNamespace::grant_manager_rbac`], for another directory of RBAC files
+    /// (for example the opt-in `config/rbac-helm`).
+    pub fn grant_rbac(&mut self, dir: &str) -> String {
+        let dir = crate::common::root().join(dir);
         let mut docs = String::new();
         for entry in std::fs::read_dir(&dir).expect("config/rbac") {
             let path = entry.expect("entry").path();
@@ -156,7 +162,11 @@ impl TestNamespace {
                 docs.push_str(&serde_yaml::to_string(&v).expect("yaml"));
             }
         }
-        let file = std::env::temp_dir().join(format!("moonin-e2e-rbac-{}.yaml", self.name));
+        let file = std::env::temp_dir().join(format!(
+            "moonin-e2e-rbac-{}-{}.yaml",
+            self.name,
+            dir.file_name().and_then(|n| n.to_str()).unwrap_or("rbac")
+        ));
         std::fs::write(&file, docs).expect("write rbac");
         kubectl_apply(&file, None);
         format!("system:serviceaccount:{}:moonin", self.name)

@@ -5,6 +5,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod discovery;
 mod foundation;
 mod harness;
 mod sandbox;

@@ -1,0 +1,1220 @@
+//! The cluster half of the `ClusterDiscovery` status: cluster metadata (provider, region,
+//! zones, Kubernetes version, each with where it came from) and node-group summaries, all
+//! computed from the Node projections of [`view`](super::view). Pure: no client, no clock,
+//! no I/O.
+//!
+//! Capacity sums need exact quantity arithmetic, so this module carries a small Kubernetes
+//! quantity parser ([`parse_quantity`]) and a canonical formatter ([`format_quantity`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::api::discovery::{ClusterMetadata, NodeGroup, Sourced};
+use crate::discovery::view::{NodeView, SUMMED_RESOURCES, node_labels};
+
+/// Source text of the provider: the Nodes' `spec.providerID`.
+pub const PROVIDER_SOURCE: &str = "node.spec.providerID";
+
+/// Source text of the Kubernetes version: the API server's `/version` endpoint.
+pub const VERSION_SOURCE: &str = "apiserver /version";
+
+/// Shown in a node group for a zone, instance type or runtime a Node does not report.
+pub const UNKNOWN: &str = "unknown";
+
+/// `spec.providerID` schemes (the text before `://`) and the provider each one names. Every
+/// entry is the form written by the named cloud-controller-manager or tool, at the path cited.
+const PROVIDER_SCHEMES: &[(&str, &str)] = &[
+    // kubernetes/cloud-provider-aws, pkg/providers/v1/instances.go (KubernetesInstanceID):
+    // `aws:///<zone>/<instance-id>`.
+    ("aws", "aws"),
+    // kubernetes-sigs/cloud-provider-azure, pkg/provider/azure_wrap.go (azureNodeProviderIDRE):
+    // `azure:///subscriptions/<sub>/resourceGroups/<rg>/providers/Microsoft.Compute/…`.
+    ("azure", "azure"),
+    // digitalocean/digitalocean-cloud-controller-manager, cloud-controller-manager/do/droplets.go
+    // (dropletIDFromProviderID): `digitalocean://<droplet-id>`.
+    ("digitalocean", "digitalocean"),
+    // kubernetes-sigs/cloud-provider-equinix-metal, metal/cloud.go: ProviderName `equinixmetal`,
+    // and `packet`, the deprecated name it still answers to.
+    ("equinixmetal", "equinixmetal"),
+    ("packet", "equinixmetal"),
+    // exoscale/exoscale-cloud-controller-manager, exoscale/instances.go (InstanceID):
+    // `exoscale://<instance-id>`.
+    ("exoscale", "exoscale"),
+    // kubernetes/cloud-provider-gcp, providers/gce/gce_util.go (providerIDRE):
+    // `gce://<project>/<zone>/<instance-name>`.
+    ("gce", "gcp"),
+    // hetznercloud/hcloud-cloud-controller-manager, internal/providerid/providerid.go:
+    // `hcloud://<id>` (Cloud servers, and the legacy `hcloud://bm-<id>`) and `hrobot://<id>`
+    // (Robot servers).
+    ("hcloud", "hetzner"),
+    ("hrobot", "hetzner"),
+    // IBM-Cloud/cloud-provider-ibm, ibm/ibm_instances.go (providerIDV2):
+    // `ibm://<account>///<cluster>/<worker>`.
+    ("ibm", "ibm"),
+    // k3s-io/k3s, pkg/cloudprovider/instances_test.go (InstanceMetadata): k3s's embedded cloud
+    // provider writes `k3s://<node-name>`.
+    ("k3s", "k3s"),
+    // kubernetes-sigs/kind, pkg/cluster/internal/kubeadm/config.go: kubelet
+    // `provider-id: kind://<node-provider>/<cluster>/<node>`.
+    ("kind", "kind"),
+    // kwok itself sets no providerID (its Node examples and stages leave `spec` alone); the
+    // kwok provider of kubernetes-sigs/karpenter, kwok/cloudprovider, writes `kwok://<node>`.
+    ("kwok", "kwok"),
+    // linode/linode-cloud-controller-manager, cloud/linode/common.go (providerIDPrefix):
+    // `linode://<id>`.
+    ("linode", "linode"),
+    // oracle/oci-cloud-controller-manager, pkg/cloudprovider/providers/oci/ccm.go
+    // (providerPrefix): `oci://<instance-ocid>`.
+    ("oci", "oracle"),
+    // kubernetes/cloud-provider-openstack, pkg/openstack/instances.go (providerIDRegexp):
+    // `openstack:///<id>` or `openstack://<region>/<id>`.
+    ("openstack", "openstack"),
+    // scaleway/scaleway-cloud-controller-manager, scaleway/servers.go (ServerInfoFromProviderID):
+    // `scaleway://<product>/<zone>/<id>` or the older `scaleway://<id>`.
+    ("scaleway", "scaleway"),
+    // kubernetes/cloud-provider-vsphere, pkg/cloudprovider/vsphere/util.go (ProviderPrefix):
+    // `vsphere://<vm-uuid>`.
+    ("vsphere", "vsphere"),
+];
+
+/// The cloud provider a Node's `spec.providerID` names, from its documented prefix
+/// (`aws://` → `aws`, `gce://` → `gcp`, `hcloud://` → `hetzner`, `oci://` → `oracle`, …).
+/// `None` for an empty or unrecognised ID: only forms written by a provider's own
+/// cloud-controller-manager are recognised, never guessed.
+pub fn provider(provider_id: &str) -> Option<&'static str> {
+    if let Some((scheme, _)) = provider_id.split_once("://") {
+        return PROVIDER_SCHEMES
+            .iter()
+            .find(|(s, _)| s.eq_ignore_ascii_case(scheme))
+            .map(|&(_, name)| name);
+    }
+    // oracle/oci-cloud-controller-manager, pkg/cloudprovider/providers/oci/util.go
+    // (MapProviderIDToResourceID) also takes a bare instance OCID, which Oracle documents as
+    // `ocid1.<resource-type>.<realm>.…`.
+    if provider_id.starts_with("ocid1.") {
+        return Some("oracle");
+    }
+    // kubernetes/cloud-provider-alibaba-cloud, docs/getting-started.md: kubelet
+    // `--provider-id` is `<REGION_ID>.<ECS_ID>`, e.g. `cn-hangzhou.i-bp1…`.
+    if is_alibaba_id(provider_id) {
+        return Some("alibaba");
+    }
+    None
+}
+
+/// `<REGION_ID>.<ECS_ID>`: a dashed lower-case region (`cn-hangzhou`, `ap-southeast-1`), a
+/// dot, and an ECS instance ID (`i-` and lower-case letters or digits).
+fn is_alibaba_id(id: &str) -> bool {
+    let lower_alnum = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    let Some((region, instance)) = id.split_once('.') else {
+        return false;
+    };
+    region.contains('-')
+        && region.split('-').all(lower_alnum)
+        && instance.strip_prefix("i-").is_some_and(lower_alnum)
+}
+
+/// Cluster metadata from the Nodes:
+/// - provider: the one most Nodes' `spec.providerID` names (source [`PROVIDER_SOURCE`], with
+///   `(k of n Nodes)` appended when not every Node agrees);
+/// - region: the most common region label, the same way (source
+///   `node label topology.kubernetes.io/region`; the projection falls back to the legacy
+///   `failure-domain.beta.kubernetes.io/region` key and does not say which it read);
+/// - zones: every zone with at least one Node, sorted;
+/// - Kubernetes version: `kubernetes_version` when given (source [`VERSION_SOURCE`]).
+///
+/// Ties go to the alphabetically first value, so the result does not depend on Node order.
+pub fn metadata(
+    nodes: &[NodeView],
+    name: Sourced,
+    kubernetes_version: Option<String>,
+) -> ClusterMetadata {
+    let total = nodes.len();
+    let cloud = majority(
+        nodes
+            .iter()
+            .filter_map(|n| n.provider_id.as_deref().and_then(provider)),
+    )
+    .map(|(value, agreeing)| Sourced {
+        value: value.to_string(),
+        source: agreement(PROVIDER_SOURCE, agreeing, total),
+    });
+    let region =
+        majority(nodes.iter().filter_map(|n| present(&n.region))).map(|(value, agreeing)| {
+            Sourced {
+                value: value.to_string(),
+                source: agreement(
+                    &format!("node label {}", node_labels::REGION),
+                    agreeing,
+                    total,
+                ),
+            }
+        });
+    let zones: BTreeSet<&str> = nodes.iter().filter_map(|n| present(&n.zone)).collect();
+    ClusterMetadata {
+        name: Some(name),
+        provider: cloud,
+        region,
+        zones: zones.into_iter().map(str::to_string).collect(),
+        kubernetes_version: kubernetes_version
+            .filter(|v| !v.is_empty())
+            .map(|value| Sourced {
+                value,
+                source: VERSION_SOURCE.to_string(),
+            }),
+    }
+}
+
+/// A label value, treating an empty one as absent.
+fn present(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|v| !v.is_empty())
+}
+
+/// The most frequent value and how many times it occurs; on a tie, the alphabetically first.
+fn majority<'a>(values: impl Iterator<Item = &'a str>) -> Option<(&'a str, usize)> {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for v in values {
+        *counts.entry(v).or_default() += 1;
+    }
+    // The map iterates alphabetically and only a strictly larger count replaces the best so
+    // far, so the first of equally frequent values wins.
+    counts
+        .into_iter()
+        .fold(None, |best, (value, count)| match best {
+            Some((_, best_count)) if best_count >= count => best,
+            _ => Some((value, count)),
+        })
+}
+
+/// `source`, or `source (k of n Nodes)` when only some Nodes back the value.
+fn agreement(source: &str, agreeing: usize, total: usize) -> String {
+    if agreeing == total {
+        source.to_string()
+    } else {
+        format!("{source} ({agreeing} of {total} Nodes)")
+    }
+}
+
+/// Node groups: Nodes sharing a zone, an instance type and a container runtime (absent or
+/// empty values shown as [`UNKNOWN`]), sorted by those three. Each group has its Node count,
+/// Ready count, summed capacity and allocatable for cpu, memory and pods (in canonical form,
+/// see [`format_quantity`]), and how many Nodes report each pressure condition.
+///
+/// A quantity that does not parse, or is negative, is left out of the sum; a resource no Node
+/// of the group reports validly is left out of the map.
+pub fn node_groups(nodes: &[NodeView]) -> Vec<NodeGroup> {
+    let mut groups: BTreeMap<(String, String, String), Vec<&NodeView>> = BTreeMap::new();
+    for n in nodes {
+        let key = (known(&n.zone), known(&n.instance_type), known(&n.runtime));
+        groups.entry(key).or_default().push(n);
+    }
+    groups
+        .into_iter()
+        .map(|((zone, instance_type, runtime), members)| NodeGroup {
+            zone,
+            instance_type,
+            runtime,
+            count: saturating_i32(members.len()),
+            ready: saturating_i32(members.iter().filter(|n| n.ready).count()),
+            capacity: summed(members.iter().map(|n| &n.capacity)),
+            allocatable: summed(members.iter().map(|n| &n.allocatable)),
+            pressure: pressure_counts(&members),
+        })
+        .collect()
+}
+
+fn known(value: &Option<String>) -> String {
+    present(value).unwrap_or(UNKNOWN).to_string()
+}
+
+fn saturating_i32(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// Per resource of [`SUMMED_RESOURCES`], the sum of the valid, non-negative quantities.
+fn summed<'a>(
+    lists: impl Iterator<Item = &'a BTreeMap<String, String>> + Clone,
+) -> BTreeMap<String, String> {
+    SUMMED_RESOURCES
+        .iter()
+        .filter_map(|&resource| {
+            let total = lists
+                .clone()
+                .filter_map(|list| list.get(resource))
+                .filter_map(|v| parse_quantity(v))
+                // Capacity is never negative; a negative value is as broken as garbage.
+                .filter(|q| q.nanos() >= 0)
+                .fold(None, |acc: Option<Quantity>, q| {
+                    // An overflowing addend is dropped like an invalid one.
+                    Some(acc.map_or(q, |a| a.checked_add(q).unwrap_or(a)))
+                })?;
+            Some((resource.to_string(), format_quantity(resource, total)))
+        })
+        .collect()
+}
+
+fn pressure_counts(members: &[&NodeView]) -> BTreeMap<String, i32> {
+    let mut counts: BTreeMap<String, i32> = BTreeMap::new();
+    for n in members {
+        // A condition counts once per Node, even if a projection lists it twice.
+        let distinct: BTreeSet<&str> = n.pressure.iter().map(String::as_str).collect();
+        for condition in distinct {
+            let c = counts.entry(condition.to_string()).or_default();
+            *c = c.saturating_add(1);
+        }
+    }
+    counts
+}
+
+/// An exact Kubernetes quantity, held in nano-units (10⁻⁹ of the base unit: cores, bytes,
+/// pods), the finest precision Kubernetes keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Quantity(i128);
+
+const NANOS_PER_UNIT: i128 = 1_000_000_000;
+
+impl Quantity {
+    /// The quantity of `nanos` nano-units.
+    pub const fn from_nanos(nanos: i128) -> Self {
+        Self(nanos)
+    }
+
+    /// The quantity in nano-units (`1` is 1n; `1_000_000_000` is one core, byte or pod).
+    pub const fn nanos(self) -> i128 {
+        self.0
+    }
+
+    /// The sum, or `None` when it does not fit.
+    pub fn checked_add(self, other: Self) -> Option<Self> {
+        self.0.checked_add(other.0).map(Self)
+    }
+}
+
+/// Parses a Kubernetes quantity (`<sign><digits>.<digits><suffix>`) exactly:
+/// decimal suffixes `n u m k M G T P E`, binary suffixes `Ki Mi Gi Ti Pi Ei`, or a decimal
+/// exponent `e<n>` / `E<n>` (`1e3`). `None` for anything else (including surrounding
+/// whitespace) and for values whose magnitude exceeds about 1.7·10²⁹ base units.
+///
+/// Like Kubernetes, precision finer than 1n is rounded away from zero (`1e-10` is 1n).
+pub fn parse_quantity(s: &str) -> Option<Quantity> {
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    let negative = match bytes.first() {
+        Some(b'-') => {
+            i = 1;
+            true
+        }
+        Some(b'+') => {
+            i = 1;
+            false
+        }
+        _ => false,
+    };
+    let digits_from = |from: usize| {
+        from + bytes[from..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
+    let int_end = digits_from(i);
+    let int_digits = &s[i..int_end];
+    i = int_end;
+    let mut frac_digits = "";
+    if bytes.get(i) == Some(&b'.') {
+        let frac_end = digits_from(i + 1);
+        frac_digits = &s[i + 1..frac_end];
+        i = frac_end;
+    }
+    if int_digits.is_empty() && frac_digits.is_empty() {
+        return None;
+    }
+    // Everything before `i` is ASCII, so this slice starts on a character boundary.
+    let (binary_power, decimal_exponent) = suffix(&s[i..])?;
+
+    // Trailing zeros of the fraction change nothing; dropping them keeps the mantissa small.
+    let frac_digits = frac_digits.trim_end_matches('0');
+    let mut mantissa: i128 = 0;
+    for b in int_digits.bytes().chain(frac_digits.bytes()) {
+        mantissa = mantissa
+            .checked_mul(10)?
+            .checked_add(i128::from(b - b'0'))?;
+    }
+    if mantissa == 0 {
+        return Some(Quantity(0));
+    }
+    let scaled = mantissa.checked_mul(1_i128 << (10 * binary_power))?;
+    // nanos = scaled × 10^(9 + exponent − fraction digits)
+    let frac_len = i64::try_from(frac_digits.len()).unwrap_or(i64::MAX);
+    let exp10 = 9_i64
+        .saturating_add(decimal_exponent)
+        .saturating_sub(frac_len);
+    let magnitude = if exp10 >= 0 {
+        scaled.checked_mul(10_i128.checked_pow(u32::try_from(exp10).ok()?)?)?
+    } else {
+        match u32::try_from(exp10.unsigned_abs())
+            .ok()
+            .and_then(|e| 10_i128.checked_pow(e))
+        {
+            Some(divisor) if scaled % divisor == 0 => scaled / divisor,
+            // Round away from zero, as Kubernetes does below 1n.
+            Some(divisor) => scaled / divisor + 1,
+            // The divisor exceeds anything `scaled` can hold: a non-zero value below 1n.
+            None => 1,
+        }
+    };
+    Some(Quantity(if negative { -magnitude } else { magnitude }))
+}
+
+/// A quantity suffix as `(binary power of 1024, decimal exponent)`.
+fn suffix(s: &str) -> Option<(u32, i64)> {
+    let decimal = |e| Some((0, e));
+    match s {
+        "" => decimal(0),
+        "n" => decimal(-9),
+        "u" => decimal(-6),
+        "m" => decimal(-3),
+        "k" => decimal(3),
+        "M" => decimal(6),
+        "G" => decimal(9),
+        "T" => decimal(12),
+        "P" => decimal(15),
+        "E" => decimal(18),
+        "Ki" => Some((1, 0)),
+        "Mi" => Some((2, 0)),
+        "Gi" => Some((3, 0)),
+        "Ti" => Some((4, 0)),
+        "Pi" => Some((5, 0)),
+        "Ei" => Some((6, 0)),
+        _ => {
+            let rest = s.strip_prefix(['e', 'E'])?;
+            let (negative, digits) = match rest.as_bytes().first() {
+                Some(b'-') => (true, &rest[1..]),
+                Some(b'+') => (false, &rest[1..]),
+                _ => (false, rest),
+            };
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            // Any exponent beyond ±10⁶ gives the same answer (overflow, or 1n), so saturate.
+            let exponent = digits.bytes().fold(0_i64, |acc, b| {
+                (acc * 10 + i64::from(b - b'0')).min(1_000_000)
+            });
+            decimal(if negative { -exponent } else { exponent })
+        }
+    }
+}
+
+/// Canonical text of a quantity of `resource`: byte-valued resources (`memory`,
+/// `ephemeral-storage`, `hugepages-*`) in the largest of `Ti`, `Gi`, `Mi`, `Ki` that divides
+/// them exactly, else in bytes; everything else (cpu, pods) as a whole number when exact,
+/// else in `m`, `u` or `n`. The text parses back to the same quantity.
+pub fn format_quantity(resource: &str, q: Quantity) -> String {
+    let bytes_valued = resource == "memory"
+        || resource == "ephemeral-storage"
+        || resource.starts_with("hugepages-");
+    if bytes_valued && q.0 % NANOS_PER_UNIT == 0 {
+        let bytes = q.0 / NANOS_PER_UNIT;
+        if bytes != 0 {
+            for (shift, suffix) in [(40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki")] {
+                let unit = 1_i128 << shift;
+                if bytes % unit == 0 {
+                    return format!("{}{suffix}", bytes / unit);
+                }
+            }
+        }
+        return bytes.to_string();
+    }
+    for (unit, suffix) in [(NANOS_PER_UNIT, ""), (1_000_000, "m"), (1_000, "u")] {
+        if q.0 % unit == 0 {
+            return format!("{}{suffix}", q.0 / unit);
+        }
+    }
+    format!("{}n", q.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discovery::view;
+    use k8s_openapi::api::core::v1::Node;
+    use proptest::prelude::*;
+
+    const GI: i128 = 1 << 30;
+    const KI: i128 = 1 << 10;
+
+    fn units(n: i128) -> Option<Quantity> {
+        Some(Quantity::from_nanos(n * NANOS_PER_UNIT))
+    }
+
+    fn with_provider(provider_id: Option<&str>) -> NodeView {
+        NodeView {
+            provider_id: provider_id.map(str::to_string),
+            ..NodeView::default()
+        }
+    }
+
+    fn resources(cpu: &str, memory: &str, pods: &str) -> BTreeMap<String, String> {
+        [("cpu", cpu), ("memory", memory), ("pods", pods)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn strings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn sourced(value: &str, source: &str) -> Sourced {
+        Sourced {
+            value: value.to_string(),
+            source: source.to_string(),
+        }
+    }
+
+    fn flag_name() -> Sourced {
+        sourced("prod-eu", "flag")
+    }
+
+    #[test]
+    fn provider_maps_documented_prefixes() {
+        let cases = [
+            ("aws:///us-east-1a/i-0abc123def4567890", "aws"),
+            ("aws:////i-0abc123def4567890", "aws"),
+            ("gce://my-project/europe-west1-b/gke-pool-1-abcd", "gcp"),
+            (
+                "azure:///subscriptions/0000/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm-0",
+                "azure",
+            ),
+            ("digitalocean://123456789", "digitalocean"),
+            (
+                "openstack:///3c4bf5d4-7d7b-4c8e-9f55-1c1e2f3a4b5c",
+                "openstack",
+            ),
+            ("openstack://RegionOne/3c4bf5d4-7d7b-4c8e", "openstack"),
+            ("hcloud://12345678", "hetzner"),
+            ("hcloud://bm-2345", "hetzner"),
+            ("hrobot://2345", "hetzner"),
+            ("linode://4242", "linode"),
+            ("oci://ocid1.instance.oc1.eu-frankfurt-1.abcdef", "oracle"),
+            ("ocid1.instance.oc1.eu-frankfurt-1.abcdef", "oracle"),
+            ("ibm://acct123///cluster456/kube-worker-1", "ibm"),
+            ("vsphere://4201794a-f26b-8914-d95a-edeb7ecc4a8f", "vsphere"),
+            ("kind://docker/kind/kind-control-plane", "kind"),
+            ("kwok://kwok-node-0", "kwok"),
+            (
+                "equinixmetal://4232e3c7-d83c-d72b-758c-71d07a3d9310",
+                "equinixmetal",
+            ),
+            (
+                "packet://4232e3c7-d83c-d72b-758c-71d07a3d9310",
+                "equinixmetal",
+            ),
+            (
+                "scaleway://instance/fr-par-1/11111111-1111-1111-1111-111111111111",
+                "scaleway",
+            ),
+            (
+                "scaleway://11111111-1111-1111-1111-111111111111",
+                "scaleway",
+            ),
+            (
+                "exoscale://123e4567-e89b-12d3-a456-426614174000",
+                "exoscale",
+            ),
+            ("k3s://server-0", "k3s"),
+            ("cn-hangzhou.i-bp1abcdefghijklmnop", "alibaba"),
+            ("ap-southeast-1.i-t4n0123456789abcdef", "alibaba"),
+            ("AWS:///us-east-1a/i-0abc", "aws"),
+        ];
+        let got: Vec<(&str, Option<&str>)> =
+            cases.iter().map(|(id, _)| (*id, provider(id))).collect();
+        let want: Vec<(&str, Option<&str>)> = cases.iter().map(|(id, p)| (*id, Some(*p))).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn provider_rejects_unknown_and_empty() {
+        let ids = [
+            "",
+            "   ",
+            "i-0abc123def4567890",
+            "example://node-1",
+            "fake:///node-1",
+            "aws",
+            "gce:/project/zone/name",
+            "node-1.example.com",
+            "cn-hangzhou.node-1",
+            "hangzhou.i-bp1abc",
+            "cn-hangzhou.i-",
+            "ocid2.instance",
+        ];
+        let got: Vec<Option<&str>> = ids.iter().map(|id| provider(id)).collect();
+        assert_eq!(got, vec![None; ids.len()]);
+    }
+
+    #[test]
+    fn metadata_when_all_nodes_agree() {
+        let node = |zone: &str| NodeView {
+            provider_id: Some(format!("aws:///{zone}/i-0abc")),
+            region: Some("us-east-1".into()),
+            zone: Some(zone.into()),
+            ..NodeView::default()
+        };
+        let nodes = [node("us-east-1b"), node("us-east-1a"), node("us-east-1b")];
+        assert_eq!(
+            metadata(&nodes, flag_name(), Some("v1.31.2".into())),
+            ClusterMetadata {
+                name: Some(flag_name()),
+                provider: Some(sourced("aws", "node.spec.providerID")),
+                region: Some(sourced(
+                    "us-east-1",
+                    "node label topology.kubernetes.io/region"
+                )),
+                zones: vec!["us-east-1a".into(), "us-east-1b".into()],
+                kubernetes_version: Some(sourced("v1.31.2", "apiserver /version")),
+            }
+        );
+    }
+
+    #[test]
+    fn metadata_reports_disagreement() {
+        let node = |id: Option<&str>, region: Option<&str>| NodeView {
+            region: region.map(str::to_string),
+            ..with_provider(id)
+        };
+        let nodes = [
+            node(Some("aws:///eu-west-1a/i-1"), Some("eu-west-1")),
+            node(Some("kind://docker/kind/kind-worker"), Some("eu-west-1")),
+            node(Some("aws:///eu-west-1b/i-2"), Some("eu-west-2")),
+            node(None, None),
+            node(Some("aws:///eu-west-1c/i-3"), Some("eu-west-1")),
+        ];
+        assert_eq!(
+            metadata(&nodes, flag_name(), None),
+            ClusterMetadata {
+                name: Some(flag_name()),
+                provider: Some(sourced("aws", "node.spec.providerID (3 of 5 Nodes)")),
+                region: Some(sourced(
+                    "eu-west-1",
+                    "node label topology.kubernetes.io/region (3 of 5 Nodes)"
+                )),
+                zones: vec![],
+                kubernetes_version: None,
+            }
+        );
+    }
+
+    #[test]
+    fn metadata_breaks_ties_alphabetically_whatever_the_order() {
+        let node = |id: &str, region: &str| NodeView {
+            region: Some(region.into()),
+            ..with_provider(Some(id))
+        };
+        let mut nodes = vec![
+            node("gce://p/us-central1-a/n1", "us-central1"),
+            node("gce://p/us-central1-a/n2", "us-central1"),
+            node("aws:///eu-west-1a/i-1", "eu-west-1"),
+            node("aws:///eu-west-1a/i-2", "eu-west-1"),
+        ];
+        let want = ClusterMetadata {
+            name: Some(flag_name()),
+            provider: Some(sourced("aws", "node.spec.providerID (2 of 4 Nodes)")),
+            region: Some(sourced(
+                "eu-west-1",
+                "node label topology.kubernetes.io/region (2 of 4 Nodes)",
+            )),
+            zones: vec![],
+            kubernetes_version: None,
+        };
+        assert_eq!(metadata(&nodes, flag_name(), None), want);
+        nodes.reverse();
+        assert_eq!(metadata(&nodes, flag_name(), None), want);
+    }
+
+    #[test]
+    fn metadata_without_nodes_or_version() {
+        assert_eq!(
+            metadata(&[], flag_name(), Some(String::new())),
+            ClusterMetadata {
+                name: Some(flag_name()),
+                ..ClusterMetadata::default()
+            }
+        );
+    }
+
+    #[test]
+    fn metadata_from_legacy_only_labels() {
+        // A NodeView as the projection fills it from legacy keys alone.
+        let built = NodeView {
+            provider_id: Some("openstack:///3c4bf5d4".into()),
+            region: Some("RegionOne".into()),
+            zone: Some("nova".into()),
+            instance_type: Some("m1.large".into()),
+            ..NodeView::default()
+        };
+        // And the same Node through the real projection.
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": "legacy-0",
+                "labels": {
+                    "failure-domain.beta.kubernetes.io/region": "RegionOne",
+                    "failure-domain.beta.kubernetes.io/zone": "nova",
+                    "beta.kubernetes.io/instance-type": "m1.large"
+                }
+            },
+            "spec": {"providerID": "openstack:///3c4bf5d4"}
+        }))
+        .unwrap();
+        let projected = view::node(&node);
+        let want = ClusterMetadata {
+            name: Some(flag_name()),
+            provider: Some(sourced("openstack", "node.spec.providerID")),
+            region: Some(sourced(
+                "RegionOne",
+                "node label topology.kubernetes.io/region",
+            )),
+            zones: vec!["nova".into()],
+            kubernetes_version: None,
+        };
+        assert_eq!(metadata(&[built], flag_name(), None), want);
+        assert_eq!(
+            metadata(std::slice::from_ref(&projected), flag_name(), None),
+            want
+        );
+        assert_eq!(
+            node_groups(&[projected]),
+            vec![NodeGroup {
+                zone: "nova".into(),
+                instance_type: "m1.large".into(),
+                runtime: "unknown".into(),
+                count: 1,
+                ..NodeGroup::default()
+            }]
+        );
+    }
+
+    #[test]
+    fn node_groups_split_by_zone_instance_type_and_runtime() {
+        let node = |zone: Option<&str>,
+                    it: Option<&str>,
+                    rt: Option<&str>,
+                    ready: bool,
+                    pressure: &[&str]| NodeView {
+            zone: zone.map(str::to_string),
+            instance_type: it.map(str::to_string),
+            runtime: rt.map(str::to_string),
+            ready,
+            pressure: pressure.iter().map(|p| p.to_string()).collect(),
+            capacity: resources("4", "16Gi", "110"),
+            allocatable: resources("3800m", "15Gi", "110"),
+            ..NodeView::default()
+        };
+        let containerd = Some("containerd://1.7.2");
+        let nodes = [
+            node(Some("eu-west-1b"), Some("m5.large"), containerd, true, &[]),
+            node(
+                Some("eu-west-1a"),
+                Some("m5.large"),
+                containerd,
+                true,
+                &["DiskPressure"],
+            ),
+            node(
+                Some("eu-west-1a"),
+                Some("m5.large"),
+                Some("cri-o://1.30.0"),
+                false,
+                &[],
+            ),
+            node(
+                Some("eu-west-1a"),
+                Some("c6g.xlarge"),
+                containerd,
+                true,
+                &[],
+            ),
+            node(
+                Some("eu-west-1a"),
+                Some("m5.large"),
+                containerd,
+                false,
+                &["MemoryPressure", "DiskPressure", "DiskPressure"],
+            ),
+            node(None, Some(""), None, true, &["PIDPressure"]),
+        ];
+        let group = |zone: &str,
+                     it: &str,
+                     rt: &str,
+                     count: i32,
+                     ready: i32,
+                     capacity,
+                     allocatable,
+                     pressure: &[(&str, i32)]| NodeGroup {
+            zone: zone.into(),
+            instance_type: it.into(),
+            runtime: rt.into(),
+            count,
+            ready,
+            capacity,
+            allocatable,
+            pressure: pressure.iter().map(|(p, c)| (p.to_string(), *c)).collect(),
+        };
+        let one = || {
+            (
+                resources("4", "16Gi", "110"),
+                resources("3800m", "15Gi", "110"),
+            )
+        };
+        let (c1, a1) = one();
+        let (c2, a2) = one();
+        let (c3, a3) = one();
+        let (c4, a4) = one();
+        assert_eq!(
+            node_groups(&nodes),
+            vec![
+                group(
+                    "eu-west-1a",
+                    "c6g.xlarge",
+                    "containerd://1.7.2",
+                    1,
+                    1,
+                    c1,
+                    a1,
+                    &[]
+                ),
+                group(
+                    "eu-west-1a",
+                    "m5.large",
+                    "containerd://1.7.2",
+                    2,
+                    1,
+                    resources("8", "32Gi", "220"),
+                    resources("7600m", "30Gi", "220"),
+                    &[("DiskPressure", 2), ("MemoryPressure", 1)],
+                ),
+                group(
+                    "eu-west-1a",
+                    "m5.large",
+                    "cri-o://1.30.0",
+                    1,
+                    0,
+                    c2,
+                    a2,
+                    &[]
+                ),
+                group(
+                    "eu-west-1b",
+                    "m5.large",
+                    "containerd://1.7.2",
+                    1,
+                    1,
+                    c3,
+                    a3,
+                    &[]
+                ),
+                group(
+                    "unknown",
+                    "unknown",
+                    "unknown",
+                    1,
+                    1,
+                    c4,
+                    a4,
+                    &[("PIDPressure", 1)]
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn node_groups_skip_invalid_quantities() {
+        let node = |capacity: BTreeMap<String, String>| NodeView {
+            zone: Some("z".into()),
+            capacity,
+            ..NodeView::default()
+        };
+        let nodes = [
+            node(resources("100m", "16Gi", "110")),
+            node(resources("1.5", "0.5Gi", "lots")),
+            node(resources("garbage", "-1Gi", "-3")),
+            node(strings(&[("cpu", "2"), ("memory", " 1Gi")])),
+            node(strings(&[("cpu", "3800m"), ("memory", "1e400")])),
+        ];
+        assert_eq!(
+            node_groups(&nodes),
+            vec![NodeGroup {
+                zone: "z".into(),
+                instance_type: "unknown".into(),
+                runtime: "unknown".into(),
+                count: 5,
+                capacity: resources("7400m", "16896Mi", "110"),
+                ..NodeGroup::default()
+            }]
+        );
+        // A resource no Node reports validly is absent, not zero.
+        let broken = [node(strings(&[("cpu", "x"), ("pods", "1.5.2")]))];
+        assert_eq!(node_groups(&broken)[0].capacity, BTreeMap::new());
+    }
+
+    #[test]
+    fn node_groups_of_nothing() {
+        assert_eq!(node_groups(&[]), vec![]);
+    }
+
+    #[test]
+    fn parse_quantity_table() {
+        let cases: Vec<(&str, Option<Quantity>)> = vec![
+            ("100m", Some(Quantity::from_nanos(100_000_000))),
+            ("1.5", Some(Quantity::from_nanos(1_500_000_000))),
+            ("2", units(2)),
+            ("3800m", Some(Quantity::from_nanos(3_800_000_000))),
+            ("16Gi", units(16 * GI)),
+            ("16383412Ki", units(16_383_412 * KI)),
+            ("1e3", units(1000)),
+            ("1E3", units(1000)),
+            ("1e+3", units(1000)),
+            ("15e-1", Some(Quantity::from_nanos(1_500_000_000))),
+            ("500M", units(500_000_000)),
+            ("0.5Gi", units(GI / 2)),
+            ("1.5Ki", units(1536)),
+            (".5", Some(Quantity::from_nanos(500_000_000))),
+            ("5.", units(5)),
+            ("+5", units(5)),
+            ("007", units(7)),
+            ("1.000000000000000000000000000000000000000000", units(1)),
+            ("0", units(0)),
+            ("0.0", units(0)),
+            ("-0", units(0)),
+            ("0e999999999999", units(0)),
+            ("1n", Some(Quantity::from_nanos(1))),
+            ("2u", Some(Quantity::from_nanos(2_000))),
+            ("3k", units(3_000)),
+            ("1T", units(1_000_000_000_000)),
+            ("1P", units(1_000_000_000_000_000)),
+            ("1E", units(1_000_000_000_000_000_000)),
+            ("1Ei", units(1 << 60)),
+            ("9Ei", units(9 << 60)),
+            ("1Pi", units(1 << 50)),
+            ("1Ti", units(1 << 40)),
+            ("1Mi", units(1 << 20)),
+            // Negative quantities are valid quantities.
+            ("-1", units(-1)),
+            ("-100m", Some(Quantity::from_nanos(-100_000_000))),
+            ("-1.5Gi", units(-(3 * GI / 2))),
+            // Below 1n rounds away from zero, as Kubernetes does.
+            ("1e-10", Some(Quantity::from_nanos(1))),
+            ("-1e-10", Some(Quantity::from_nanos(-1))),
+            ("1.5n", Some(Quantity::from_nanos(2))),
+            ("1e-999999999", Some(Quantity::from_nanos(1))),
+            // Huge: more than i128 nano-units hold.
+            ("1e40", None),
+            ("1e29", units(100_000_000_000_000_000_000_000_000_000)),
+            ("1e30", None),
+            ("170141183460469231731687303715884105727", None),
+            ("99999999999999999999999999999999999999999999", None),
+            ("1000000000000Ei", None),
+            ("1e999999999999", None),
+            // Garbage.
+            ("", None),
+            (" ", None),
+            ("abc", None),
+            (".", None),
+            ("+", None),
+            ("-", None),
+            ("--1", None),
+            ("+-1", None),
+            ("1.2.3", None),
+            (" 1", None),
+            ("1 ", None),
+            ("1 Gi", None),
+            ("K", None),
+            ("1K", None),
+            ("1KB", None),
+            ("1Gii", None),
+            ("1gi", None),
+            ("1e", None),
+            ("1e+", None),
+            ("1e-", None),
+            ("1e1.5", None),
+            ("1ee3", None),
+            ("e3", None),
+            ("Gi", None),
+            ("1,5", None),
+            ("١", None),
+            ("1µ", None),
+            ("0x10", None),
+            ("NaN", None),
+            ("inf", None),
+        ];
+        let got: Vec<(&str, Option<Quantity>)> =
+            cases.iter().map(|(s, _)| (*s, parse_quantity(s))).collect();
+        assert_eq!(got, cases);
+    }
+
+    #[test]
+    fn format_quantity_table() {
+        let n = Quantity::from_nanos;
+        let u = |x: i128| Quantity::from_nanos(x * NANOS_PER_UNIT);
+        let cases = [
+            ("cpu", u(4), "4"),
+            ("cpu", n(3_800_000_000), "3800m"),
+            ("cpu", n(100_000_000), "100m"),
+            ("cpu", n(1_500), "1500n"),
+            ("cpu", n(2_000), "2u"),
+            ("cpu", u(0), "0"),
+            ("cpu", n(-250_000_000), "-250m"),
+            ("memory", u(32 * GI), "32Gi"),
+            ("memory", u(GI / 2), "512Mi"),
+            ("memory", u(2 * (1 << 40)), "2Ti"),
+            ("memory", u(2048 * (1 << 40)), "2048Ti"),
+            ("memory", u(32_766_824 * KI), "32766824Ki"),
+            ("memory", u(1_000_000_000), "1000000000"),
+            ("memory", u(2047), "2047"),
+            ("memory", u(0), "0"),
+            ("memory", u(-16 * GI), "-16Gi"),
+            ("memory", n(500_000_000), "500m"),
+            ("ephemeral-storage", u(100 * GI), "100Gi"),
+            ("hugepages-2Mi", u(4 << 20), "4Mi"),
+            ("pods", u(220), "220"),
+            ("pods", n(1_500_000_000), "1500m"),
+        ];
+        let got: Vec<(&str, String)> = cases
+            .iter()
+            .map(|(r, q, _)| (*r, format_quantity(r, *q)))
+            .collect();
+        let want: Vec<(&str, String)> = cases.iter().map(|(r, _, s)| (*r, s.to_string())).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn sums_format_canonically() {
+        let sum = |resource: &str, values: &[&str]| {
+            let total = values
+                .iter()
+                .map(|v| parse_quantity(v).unwrap())
+                .fold(Quantity::default(), |a, q| a.checked_add(q).unwrap());
+            format_quantity(resource, total)
+        };
+        let got = [
+            sum("cpu", &["100m", "1.5", "2", "3800m"]),
+            sum("cpu", &["500m", "500m"]),
+            sum("cpu", &["1e3", "1"]),
+            sum("memory", &["16Gi", "0.5Gi"]),
+            sum("memory", &["16383412Ki", "16383412Ki"]),
+            sum("memory", &["500M", "500M"]),
+            sum("memory", &["1Ki", "1023"]),
+            sum("memory", &["512Mi", "512Mi", "1023Gi"]),
+            sum("pods", &["110", "110", "58"]),
+        ];
+        assert_eq!(
+            got,
+            [
+                "7400m",
+                "1",
+                "1001",
+                "16896Mi",
+                "32766824Ki",
+                "1000000000",
+                "2047",
+                "1Ti",
+                "278"
+            ]
+        );
+    }
+
+    #[test]
+    fn checked_add_reports_overflow() {
+        let max = Quantity::from_nanos(i128::MAX);
+        assert_eq!(max.checked_add(Quantity::from_nanos(1)), None);
+        assert_eq!(
+            Quantity::from_nanos(1).checked_add(Quantity::from_nanos(2)),
+            Some(Quantity::from_nanos(3))
+        );
+    }
+
+    fn eks_node(name: &str, ready: &str, disk_pressure: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "kubernetes.io/hostname": name,
+                    "topology.kubernetes.io/region": "us-east-1",
+                    "topology.kubernetes.io/zone": "us-east-1a",
+                    "node.kubernetes.io/instance-type": "m5.xlarge",
+                    "failure-domain.beta.kubernetes.io/zone": "us-east-1a",
+                    "beta.kubernetes.io/instance-type": "m5.xlarge"
+                }
+            },
+            "spec": {"providerID": format!("aws:///us-east-1a/i-{name}")},
+            "status": {
+                "capacity": {
+                    "cpu": "4",
+                    "memory": "16073416Ki",
+                    "pods": "58",
+                    "ephemeral-storage": "83873772Ki",
+                    "hugepages-2Mi": "0",
+                    "attachable-volumes-aws-ebs": "25"
+                },
+                "allocatable": {
+                    "cpu": "3920m",
+                    "memory": "15056584Ki",
+                    "pods": "58",
+                    "ephemeral-storage": "76224326324"
+                },
+                "conditions": [
+                    {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
+                    {"type": "DiskPressure", "status": disk_pressure, "reason": "KubeletHasDiskPressure"},
+                    {"type": "PIDPressure", "status": "False", "reason": "KubeletHasSufficientPID"},
+                    {"type": "Ready", "status": ready, "reason": "KubeletReady"}
+                ],
+                "nodeInfo": {
+                    "architecture": "amd64",
+                    "bootID": "5c1b6c0e",
+                    "containerRuntimeVersion": "containerd://1.7.11",
+                    "kernelVersion": "5.10.205-195.807.amzn2.x86_64",
+                    "kubeProxyVersion": "v1.29.0-eks-5e0fdde",
+                    "kubeletVersion": "v1.29.0-eks-5e0fdde",
+                    "machineID": "ec2a",
+                    "operatingSystem": "linux",
+                    "osImage": "Amazon Linux 2",
+                    "systemUUID": "ec2a"
+                }
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn node_groups_from_real_node_json() {
+        let nodes: Vec<NodeView> = [
+            eks_node("ip-10-0-1-23", "True", "True"),
+            eks_node("ip-10-0-1-24", "False", "False"),
+        ]
+        .iter()
+        .map(view::node)
+        .collect();
+        assert_eq!(
+            node_groups(&nodes),
+            vec![NodeGroup {
+                zone: "us-east-1a".into(),
+                instance_type: "m5.xlarge".into(),
+                runtime: "containerd://1.7.11".into(),
+                count: 2,
+                ready: 1,
+                capacity: resources("8", "32146832Ki", "116"),
+                allocatable: resources("7840m", "30113168Ki", "116"),
+                pressure: [("DiskPressure".to_string(), 1)].into_iter().collect(),
+            }]
+        );
+        assert_eq!(
+            metadata(&nodes, flag_name(), Some("v1.29.0-eks-5e0fdde".into())),
+            ClusterMetadata {
+                name: Some(flag_name()),
+                provider: Some(sourced("aws", "node.spec.providerID")),
+                region: Some(sourced(
+                    "us-east-1",
+                    "node label topology.kubernetes.io/region"
+                )),
+                zones: vec!["us-east-1a".into()],
+                kubernetes_version: Some(sourced("v1.29.0-eks-5e0fdde", "apiserver /version")),
+            }
+        );
+    }
+
+    /// Quantity text built from the grammar: sign, digits, fraction, suffix or exponent.
+    fn quantity_text() -> impl Strategy<Value = String> {
+        let sign = prop::sample::select(vec!["", "", "+", "-"]);
+        let suffix = prop_oneof![
+            prop::sample::select(vec![
+                "", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi",
+                "Ei",
+            ])
+            .prop_map(str::to_string),
+            (prop::sample::select(vec!["e", "E"]), -45_i32..45)
+                .prop_map(|(e, x)| format!("{e}{x}")),
+        ];
+        (sign, "[0-9]{0,20}", prop::option::of("[0-9]{0,20}"), suffix).prop_map(
+            |(sign, int, frac, suffix)| match frac {
+                Some(frac) => format!("{sign}{int}.{frac}{suffix}"),
+                None => format!("{sign}{int}{suffix}"),
+            },
+        )
+    }
+
+    fn round_trips(q: Quantity) -> Result<(), TestCaseError> {
+        for resource in SUMMED_RESOURCES {
+            let text = format_quantity(resource, q);
+            prop_assert_eq!(parse_quantity(&text), Some(q), "{} as {}", resource, text);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        #[test]
+        fn parse_format_parse_round_trips(text in quantity_text()) {
+            if let Some(q) = parse_quantity(&text) {
+                round_trips(q)?;
+            }
+        }
+
+        #[test]
+        fn format_parse_round_trips_for_any_nanos(nanos in -i128::MAX..=i128::MAX) {
+            round_trips(Quantity::from_nanos(nanos))?;
+        }
+
+        #[test]
+        fn small_quantities_always_parse_exactly(
+            negative in any::<bool>(),
+            int in 0_u64..1_000_000_000_000,
+            frac in "[0-9]{0,9}",
+        ) {
+            // `<int>.<frac>` is `<int><frac>` scaled down by 10^len(frac).
+            let digits: i128 = format!("{int}{frac}").parse().unwrap();
+            let frac_len = u32::try_from(frac.len()).unwrap();
+            let magnitude = digits * 10_i128.pow(9 - frac_len);
+            let want = Quantity::from_nanos(if negative { -magnitude } else { magnitude });
+            let sign = if negative { "-" } else { "" };
+            prop_assert_eq!(parse_quantity(&format!("{sign}{int}.{frac}")), Some(want));
+            prop_assert_eq!(
+                parse_quantity(&format!("{sign}{int}{frac}e-{}", frac.len())),
+                Some(want)
+            );
+        }
+
+        #[test]
+        fn binary_suffixes_scale_exactly(n in 0_i64..1_000_000_000, power in 1_u32..=6) {
+            let suffix = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][usize::try_from(power - 1).unwrap()];
+            let want = i128::from(n) * (1_i128 << (10 * power)) * NANOS_PER_UNIT;
+            prop_assert_eq!(
+                parse_quantity(&format!("{n}{suffix}")),
+                Some(Quantity::from_nanos(want))
+            );
+        }
+
+        #[test]
+        fn arbitrary_strings_never_panic(text in any::<String>()) {
+            if let Some(q) = parse_quantity(&text) {
+                round_trips(q)?;
+            }
+        }
+
+        #[test]
+        fn quantity_alphabet_strings_never_panic(text in "[-+0-9.eEinumkKMGTP ]{0,40}") {
+            if let Some(q) = parse_quantity(&text) {
+                round_trips(q)?;
+            }
+        }
+    }
+}

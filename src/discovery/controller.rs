@@ -1,0 +1,1301 @@
+//! The discovery controller: projection stores for the watched kinds, one loop that
+//! rebuilds what changed (the inventory of each namespace marked dirty, the cluster status,
+//! the revision records of changed Deployments) and writes only what differs.
+//!
+//! Only the leader writes; followers keep their stores warm. Nothing is relisted
+//! periodically: the watches resume from their last resourceVersion.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::{FutureExt, StreamExt, future::BoxFuture};
+use jiff::Timestamp;
+use k8s_openapi::api::{
+    apps::v1::{Deployment, ReplicaSet},
+    autoscaling::v2::HorizontalPodAutoscaler,
+    batch::v1::{CronJob, Job},
+    coordination::v1::Lease,
+    core::v1::{Namespace, Node, Pod, Secret},
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+    core::PartialObjectMeta,
+    runtime::{
+        WatchStreamExt,
+        events::{Event, EventType, Recorder, Reporter},
+        reflector::{self, Store},
+        watcher,
+    },
+};
+use serde_json::json;
+
+use super::{
+    cluster, helm, inventory, revision, signals,
+    view::{self, CronJobView, DeploymentView, HpaView, JobView, NodeView, PodView},
+    watch::{Change, OnChange, Projections, projections},
+};
+use crate::api::{
+    conditions::{self, Desired, types},
+    discovery::{
+        ClusterDiscovery, ClusterDiscoveryStatus, CronJobEntry, HelmRelease, HelmRevision,
+        NamespaceInventory, NamespaceInventoryStatus, Sourced, Totals, WorkloadRevision,
+    },
+    field_manager,
+};
+use crate::manager::{
+    controllers::{Context, Registered},
+    http::Readiness,
+};
+
+/// The controller's name on the command line and in metrics.
+pub const CONTROLLER: &str = "discovery";
+
+/// How long changes are gathered before a rebuild.
+const DEBOUNCE: Duration = Duration::from_millis(500);
+/// How often the leader renews the heartbeat Lease.
+const HEARTBEAT: Duration = Duration::from_secs(10);
+/// The heartbeat Lease, in the manager's namespace.
+pub const HEARTBEAT_LEASE: &str = "moonin-discovery-heartbeat";
+
+/// Condition types of `ClusterDiscovery`.
+pub mod condition_types {
+    /// The API server answers.
+    pub const API_REACHABLE: &str = "ApiReachable";
+    /// Every watched kind has listed and every namespace's inventory is written.
+    pub const INVENTORY_COMPLETE: &str = "InventoryComplete";
+    /// Helm release Secrets can be read (or Helm discovery is off).
+    pub const HELM_ACCESS: &str = "HelmAccess";
+    /// Some namespace's inventory was split into parts.
+    pub const TRUNCATED: &str = "Truncated";
+}
+
+/// Registers the controller.
+pub fn registered() -> Registered {
+    Registered {
+        name: CONTROLLER,
+        run: |ctx, readiness| -> BoxFuture<'static, anyhow::Result<()>> {
+            Box::pin(run(ctx, readiness))
+        },
+    }
+}
+
+/// A ReplicaSet, reduced to its owning Deployment.
+#[derive(Debug, Clone, PartialEq)]
+struct RsView {
+    deployment: Option<String>,
+}
+
+fn rs_view(r: &ReplicaSet) -> RsView {
+    RsView {
+        deployment: r
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "Deployment" && o.controller == Some(true))
+            .map(|o| o.name.clone()),
+    }
+}
+
+/// A WorkloadRevision, reduced to what pruning and restarts need.
+#[derive(Debug, Clone, PartialEq)]
+struct RevView {
+    name: String,
+    workload: String,
+    revision: i64,
+    observed_at: Timestamp,
+}
+
+fn rev_view(r: &WorkloadRevision) -> RevView {
+    RevView {
+        name: r.name_any(),
+        workload: r.spec.workload.name.clone(),
+        revision: r.spec.revision,
+        observed_at: r.spec.observed_at.0,
+    }
+}
+
+/// A Helm release Secret's metadata: release name and revision from its labels.
+#[derive(Debug, Clone, PartialEq)]
+struct HelmSecretView {
+    name: String,
+    release: String,
+    version: i64,
+    resource_version: String,
+}
+
+fn helm_secret_view(s: &PartialObjectMeta<Secret>) -> HelmSecretView {
+    let labels = s.labels();
+    HelmSecretView {
+        name: s.name_any(),
+        release: labels.get("name").cloned().unwrap_or_default(),
+        version: labels
+            .get("version")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        resource_version: s.resource_version().unwrap_or_default(),
+    }
+}
+
+/// What changed since the last rebuild.
+#[derive(Default)]
+struct Dirty {
+    namespaces: BTreeSet<String>,
+    cluster: bool,
+    /// Deployments that changed: (before, after).
+    deployments: Vec<(Option<DeploymentView>, DeploymentView)>,
+}
+
+struct Stores {
+    nodes: Projections<NodeView>,
+    /// Namespace name → whether it is being deleted.
+    namespaces: Projections<(String, bool)>,
+    deployments: Projections<DeploymentView>,
+    replica_sets: Projections<RsView>,
+    pods: Projections<PodView>,
+    jobs: Projections<JobView>,
+    cron_jobs: Projections<CronJobView>,
+    hpas: Projections<HpaView>,
+    revisions: Projections<RevView>,
+    helm_secrets: Projections<HelmSecretView>,
+    inventories: Store<NamespaceInventory>,
+    discoveries: Store<ClusterDiscovery>,
+}
+
+impl Stores {
+    fn synced(&self) -> bool {
+        self.nodes.synced()
+            && self.namespaces.synced()
+            && self.deployments.synced()
+            && self.replica_sets.synced()
+            && self.pods.synced()
+            && self.jobs.synced()
+            && self.cron_jobs.synced()
+            && self.hpas.synced()
+            && self.revisions.synced()
+    }
+}
+
+/// Helm state: decoded releases by Secret (name, resourceVersion), and whether reading
+/// Secrets is allowed.
+#[derive(Default)]
+struct HelmState {
+    decoded: HashMap<(String, String), (String, HelmRelease, HelmRevision)>,
+    /// The last error reading a Secret, if any (a reason and a message).
+    denied: Option<String>,
+}
+
+struct Shared {
+    client: Client,
+    ctx: Context,
+    stores: Stores,
+    dirty: Mutex<Dirty>,
+    wake: tokio::sync::Notify,
+    /// The inventory status last written per (namespace, part), to skip unchanged writes.
+    written: Mutex<HashMap<(String, i32), NamespaceInventoryStatus>>,
+    /// Signals last reported per Deployment, for Events on transitions.
+    reported: Mutex<HashMap<(String, String), Vec<String>>>,
+    helm: Mutex<HelmState>,
+    recorder: Recorder,
+    /// Per Deployment, the view its last revision record was derived from: a change is
+    /// measured from there, not from the previous event (an edit is recorded once its
+    /// ReplicaSet revision shows).
+    baselines: Mutex<HashMap<(String, String), DeploymentView>>,
+}
+
+fn mark(shared: &Shared, f: impl FnOnce(&mut Dirty)) {
+    f(&mut shared.dirty.lock().unwrap_or_else(|e| e.into_inner()));
+    shared.wake.notify_one();
+}
+
+fn watch_config() -> watcher::Config {
+    watcher::Config::default().page_size(500)
+}
+
+/// Runs the discovery controller until shutdown.
+pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
+    let client = ctx.client.clone();
+    let shutdown = ctx.shutdown.clone();
+    let (inventories, inv_writer) = reflector::store::<NamespaceInventory>();
+    let (discoveries, disc_writer) = reflector::store::<ClusterDiscovery>();
+
+    // The stores call back into `Shared`, which holds them: the callbacks find it here
+    // once it exists (changes before that are covered by the first full rebuild).
+    let late: Arc<Mutex<Option<Arc<Shared>>>> = Arc::new(Mutex::new(None));
+    fn via<V: 'static>(
+        late: &Arc<Mutex<Option<Arc<Shared>>>>,
+        f: fn(&Shared, Change<'_, V>),
+    ) -> OnChange<V> {
+        let late = late.clone();
+        Box::new(move |c| {
+            let s = late.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(s) = s {
+                f(&s, c);
+            }
+        })
+    }
+    fn by_namespace<V>(s: &Shared, c: Change<'_, V>) {
+        match c {
+            Change::Object { key, .. } => mark(s, |d| {
+                d.namespaces.insert(key.0.clone());
+            }),
+            Change::Synced => mark(s, |d| d.cluster = true),
+        }
+    }
+    fn cluster_wide<V>(s: &Shared, _: Change<'_, V>) {
+        mark(s, |d| d.cluster = true);
+    }
+    fn namespaces_changed(s: &Shared, c: Change<'_, (String, bool)>) {
+        match c {
+            Change::Object { key, .. } => mark(s, |d| {
+                d.namespaces.insert(key.1.clone());
+                d.cluster = true;
+            }),
+            Change::Synced => mark(s, |d| d.cluster = true),
+        }
+    }
+    fn deployment_changed(s: &Shared, c: Change<'_, DeploymentView>) {
+        match c {
+            Change::Object { key, before, after } => mark(s, |d| {
+                d.namespaces.insert(key.0.clone());
+                if let Some(a) = after {
+                    d.deployments.push((before.cloned(), a.clone()));
+                }
+            }),
+            Change::Synced => mark(s, |d| d.cluster = true),
+        }
+    }
+
+    let (nodes, nodes_drive) = projections(
+        Api::<Node>::all(client.clone()),
+        watch_config(),
+        view::node,
+        via(&late, cluster_wide::<NodeView>),
+    );
+    let (namespaces, ns_drive) = projections(
+        Api::<Namespace>::all(client.clone()),
+        watch_config(),
+        |n: &Namespace| (n.name_any(), n.metadata.deletion_timestamp.is_some()),
+        via(&late, namespaces_changed),
+    );
+    let (deployments, dep_drive) = projections(
+        Api::<Deployment>::all(client.clone()),
+        watch_config(),
+        view::deployment,
+        via(&late, deployment_changed),
+    );
+    let (replica_sets, rs_drive) = projections(
+        Api::<ReplicaSet>::all(client.clone()),
+        watch_config(),
+        rs_view,
+        via(&late, by_namespace::<RsView>),
+    );
+    let (pods, pod_drive) = projections(
+        Api::<Pod>::all(client.clone()),
+        watch_config(),
+        view::pod,
+        via(&late, by_namespace::<PodView>),
+    );
+    let (jobs, job_drive) = projections(
+        Api::<Job>::all(client.clone()),
+        watch_config(),
+        view::job,
+        via(&late, by_namespace::<JobView>),
+    );
+    let (cron_jobs, cj_drive) = projections(
+        Api::<CronJob>::all(client.clone()),
+        watch_config(),
+        view::cron_job,
+        via(&late, by_namespace::<CronJobView>),
+    );
+    let (hpas, hpa_drive) = projections(
+        Api::<HorizontalPodAutoscaler>::all(client.clone()),
+        watch_config(),
+        view::hpa,
+        via(&late, by_namespace::<HpaView>),
+    );
+    let (revisions, rev_drive) = projections(
+        Api::<WorkloadRevision>::all(client.clone()),
+        watch_config(),
+        rev_view,
+        Box::new(|_| {}),
+    );
+    let (helm_secrets, helm_writer) = projections_meta(client.clone(), &late);
+    let inv_drive = reflector::reflector(
+        inv_writer,
+        watcher(
+            Api::<NamespaceInventory>::all(client.clone()),
+            watch_config(),
+        )
+        .default_backoff(),
+    )
+    .for_each(|_| futures::future::ready(()))
+    .boxed();
+    let disc_drive = reflector::reflector(
+        disc_writer,
+        watcher(Api::<ClusterDiscovery>::all(client.clone()), watch_config()).default_backoff(),
+    )
+    .for_each({
+        let late = late.clone();
+        move |_| {
+            if let Some(s) = late.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+                mark(&s, |d| d.cluster = true);
+            }
+            futures::future::ready(())
+        }
+    })
+    .boxed();
+
+    let shared = Arc::new(Shared {
+        client: client.clone(),
+        ctx: ctx.clone(),
+        stores: Stores {
+            nodes,
+            namespaces,
+            deployments,
+            replica_sets,
+            pods,
+            jobs,
+            cron_jobs,
+            hpas,
+            revisions,
+            helm_secrets,
+            inventories,
+            discoveries,
+        },
+        dirty: Mutex::new(Dirty::default()),
+        wake: tokio::sync::Notify::new(),
+        written: Mutex::new(HashMap::new()),
+        reported: Mutex::new(HashMap::new()),
+        helm: Mutex::new(HelmState::default()),
+        baselines: Mutex::new(HashMap::new()),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "moonin-discovery".into(),
+                instance: None,
+            },
+        ),
+    });
+    *late.lock().unwrap_or_else(|e| e.into_inner()) = Some(shared.clone());
+
+    let drives = futures::future::join_all(vec![
+        nodes_drive,
+        ns_drive,
+        dep_drive,
+        rs_drive,
+        pod_drive,
+        job_drive,
+        cj_drive,
+        hpa_drive,
+        rev_drive,
+        helm_writer,
+        inv_drive,
+        disc_drive,
+    ]);
+    let ready = {
+        let shared = shared.clone();
+        async move {
+            while !shared.stores.synced() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let _ = shared.stores.inventories.wait_until_ready().await;
+            let _ = shared.stores.discoveries.wait_until_ready().await;
+            readiness.report_synced();
+            tracing::info!("discovery caches synced");
+            mark(&shared, |d| d.cluster = true);
+            futures::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        _ = drives => {}
+        _ = ready => {}
+        _ = rebuild_loop(shared.clone()) => {}
+        _ = heartbeat_loop(shared.clone()) => {}
+        _ = shutdown.cancelled() => {}
+    }
+    Ok(())
+}
+
+/// The metadata-only watch of Helm release Secrets (`owner=helm`): their data never
+/// arrives here.
+fn projections_meta(
+    client: Client,
+    late: &Arc<Mutex<Option<Arc<Shared>>>>,
+) -> (Projections<HelmSecretView>, BoxFuture<'static, ()>) {
+    let late = late.clone();
+    projections(
+        Api::<PartialObjectMeta<Secret>>::all(client),
+        watcher::Config::default()
+            .labels("owner=helm")
+            .page_size(500),
+        helm_secret_view,
+        Box::new(move |c| {
+            if let Some(s) = late.lock().unwrap_or_else(|e| e.into_inner()).clone()
+                && let Change::Object { key, .. } = c
+            {
+                mark(&s, |d| {
+                    d.namespaces.insert(key.0.clone());
+                });
+            }
+        }),
+    )
+}
+
+/// The ClusterDiscovery in charge: the oldest one not being deleted.
+fn active(stores: &Stores) -> Option<Arc<ClusterDiscovery>> {
+    let mut all: Vec<Arc<ClusterDiscovery>> = stores
+        .discoveries
+        .state()
+        .into_iter()
+        .filter(|d| d.metadata.deletion_timestamp.is_none())
+        .collect();
+    all.sort_by_key(|d| (d.creation_timestamp().map(|t| t.0), d.name_any()));
+    all.into_iter().next()
+}
+
+/// Loop state of the rebuilds.
+#[derive(Default)]
+struct Progress {
+    /// The ClusterDiscovery the last rebuild served.
+    discovery_uid: Option<String>,
+    /// Namespaces whose inventory was written at least once since this process led.
+    written: BTreeSet<String>,
+    /// Namespaces split into parts.
+    split: BTreeSet<String>,
+    /// Signals per namespace, for the totals.
+    signals: BTreeMap<String, i32>,
+    /// Images per namespace, for the totals.
+    images: BTreeMap<String, BTreeSet<String>>,
+    /// The API server's version and whether it answered last time.
+    version: Option<String>,
+    reachable: Option<Result<(), String>>,
+}
+
+async fn rebuild_loop(shared: Arc<Shared>) {
+    let mut progress = Progress::default();
+    let mut leading = false;
+    loop {
+        shared.wake.notified().await;
+        tokio::time::sleep(DEBOUNCE).await;
+        if !shared.stores.synced() {
+            continue;
+        }
+        let leader = shared.ctx.leadership.is_leader();
+        if !leader {
+            // Followers keep their stores; the next leader starts from a full rebuild.
+            leading = false;
+            *shared.dirty.lock().unwrap_or_else(|e| e.into_inner()) = Dirty::default();
+            continue;
+        }
+        let Some(cd) = active(&shared.stores) else {
+            *shared.dirty.lock().unwrap_or_else(|e| e.into_inner()) = Dirty::default();
+            progress.discovery_uid = None;
+            continue;
+        };
+        let mut dirty =
+            std::mem::take(&mut *shared.dirty.lock().unwrap_or_else(|e| e.into_inner()));
+        let full = !leading || progress.discovery_uid != cd.uid();
+        if full {
+            leading = true;
+            progress.discovery_uid = cd.uid();
+            progress.written.clear();
+            dirty.namespaces = shared
+                .stores
+                .namespaces
+                .all()
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect();
+            dirty.cluster = true;
+        }
+        if let Err(e) = rebuild(&shared, &cd, dirty, full, &mut progress).await {
+            tracing::warn!(error = %e, "discovery rebuild failed; retrying");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            mark(&shared, |d| d.cluster = true);
+        }
+    }
+}
+
+async fn rebuild(
+    shared: &Shared,
+    cd: &ClusterDiscovery,
+    dirty: Dirty,
+    full: bool,
+    progress: &mut Progress,
+) -> Result<(), kube::Error> {
+    let excluded: BTreeSet<&str> = cd
+        .spec
+        .exclude_namespaces
+        .iter()
+        .map(String::as_str)
+        .collect();
+    // Namespaces being deleted take no new objects.
+    let live: BTreeSet<String> = shared
+        .stores
+        .namespaces
+        .all()
+        .into_iter()
+        .filter(|(_, terminating)| !terminating)
+        .map(|(n, _)| n)
+        .collect();
+    let helm_enabled = cd.spec.helm.enabled;
+
+    // Revision records first: they do not depend on the inventory.
+    let mut changes = dirty.deployments;
+    if full {
+        changes.extend(
+            shared
+                .stores
+                .deployments
+                .all()
+                .into_iter()
+                .map(|d| (None, d)),
+        );
+    }
+    for (_, after) in changes {
+        if excluded.contains(after.namespace.as_str()) {
+            continue;
+        }
+        record_revision(shared, &after, helm_enabled).await?;
+    }
+
+    for ns in &dirty.namespaces {
+        if !live.contains(ns) || excluded.contains(ns.as_str()) {
+            progress.signals.remove(ns);
+            progress.images.remove(ns);
+            progress.split.remove(ns);
+            continue;
+        }
+        let status = namespace_inventory(shared, ns, helm_enabled).await;
+        progress.signals.insert(
+            ns.clone(),
+            status.summary.as_ref().map_or(0, |s| s.error_signals),
+        );
+        progress
+            .images
+            .insert(ns.clone(), status.images.iter().cloned().collect());
+        let parts = match write_inventory(shared, cd, ns, status).await {
+            Ok(n) => n,
+            // One namespace's failure (it is being deleted, say) does not stop the others;
+            // its next change retries it.
+            Err(e) => {
+                tracing::warn!(namespace = %ns, error = %e, "writing the inventory failed");
+                continue;
+            }
+        };
+        if parts > 1 {
+            progress.split.insert(ns.clone());
+        } else {
+            progress.split.remove(ns);
+        }
+        progress.written.insert(ns.clone());
+    }
+    write_cluster_status(shared, cd, &live, &excluded, progress).await
+}
+
+/// One namespace's inventory, unsplit; reports new signals as Warning Events.
+async fn namespace_inventory(
+    shared: &Shared,
+    ns: &str,
+    helm_enabled: bool,
+) -> NamespaceInventoryStatus {
+    let s = &shared.stores;
+    let now = Timestamp::now();
+    let deployments = s.deployments.in_namespace(ns);
+    let replica_sets: Vec<(String, RsView)> = s.replica_sets.in_namespace_keyed(ns);
+    let pods = s.pods.in_namespace(ns);
+    let jobs = s.jobs.in_namespace(ns);
+    let hpas = s.hpas.in_namespace(ns);
+    let previous: Vec<CronJobEntry> = s
+        .inventories
+        .state()
+        .iter()
+        .filter(|i| i.namespace().as_deref() == Some(ns))
+        .flat_map(|i| i.status.iter().flat_map(|st| st.cron_jobs.clone()))
+        .collect();
+    let previous_signals: HashMap<String, Vec<String>> = s
+        .inventories
+        .state()
+        .iter()
+        .filter(|i| i.namespace().as_deref() == Some(ns))
+        .flat_map(|i| {
+            i.status
+                .iter()
+                .flat_map(|st| {
+                    st.deployments
+                        .iter()
+                        .map(|d| (d.name.clone(), d.signals.clone()))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let scaled_objects: Vec<(String, String)> = Vec::new();
+
+    let mut entries = Vec::new();
+    for d in &deployments {
+        let own_rs: Vec<String> = replica_sets
+            .iter()
+            .filter(|(_, r)| r.deployment.as_deref() == Some(d.name.as_str()))
+            .map(|(n, _)| n.clone())
+            .collect();
+        let pod_refs: Vec<&PodView> = pods.iter().collect();
+        let job_refs: Vec<&JobView> = jobs.iter().collect();
+        let targeting: Vec<&HpaView> = hpas
+            .iter()
+            .filter(|h| h.target.0 == "Deployment" && h.target.1 == d.name)
+            .collect();
+        let found = signals::deployment_signals(
+            d,
+            &pod_refs,
+            &job_refs,
+            &targeting,
+            &scaled_objects,
+            &own_rs,
+        );
+        let autoscaler = targeting.first().map(|h| inventory::autoscaler_summary(h));
+        report_signals(shared, d, &found, previous_signals.get(&d.name)).await;
+        entries.push(inventory::deployment_entry(d, autoscaler, found));
+    }
+
+    let mut cron_entries = Vec::new();
+    for c in s.cron_jobs.in_namespace(ns) {
+        let runs_before = previous
+            .iter()
+            .find(|e| e.name == c.name)
+            .map(|e| e.runs.clone())
+            .unwrap_or_default();
+        let own: Vec<&JobView> = jobs
+            .iter()
+            .filter(|j| j.cron_job.as_deref() == Some(c.name.as_str()))
+            .collect();
+        let runs = inventory::merge_runs(&runs_before, &own);
+        let found = signals::cron_job_signals(&c, &runs, now);
+        cron_entries.push(CronJobEntry {
+            name: c.name.clone(),
+            schedule: c.schedule.clone(),
+            suspend: c.suspend,
+            runs,
+            signals: found,
+        });
+    }
+
+    let releases = if helm_enabled {
+        helm_releases(shared, ns)
+            .await
+            .into_iter()
+            .map(|(_, r, _)| r)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    inventory::build(ns, entries, cron_entries, releases)
+}
+
+/// Warning Events on a Deployment for signals it did not have before.
+async fn report_signals(
+    shared: &Shared,
+    d: &DeploymentView,
+    now: &[String],
+    published: Option<&Vec<String>>,
+) {
+    let key = (d.namespace.clone(), d.name.clone());
+    let before = {
+        let mut g = shared.reported.lock().unwrap_or_else(|e| e.into_inner());
+        let before = g
+            .get(&key)
+            .cloned()
+            .or_else(|| published.cloned())
+            .unwrap_or_default();
+        g.insert(key, now.to_vec());
+        before
+    };
+    for signal in now.iter().filter(|s| !before.contains(s)) {
+        if !shared.ctx.leadership.is_leader() {
+            return;
+        }
+        let reason = signal
+            .split(':')
+            .next()
+            .unwrap_or("Signal")
+            .trim()
+            .to_string();
+        let regarding = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("apps/v1".into()),
+            kind: Some("Deployment".into()),
+            namespace: Some(d.namespace.clone()),
+            name: Some(d.name.clone()),
+            uid: Some(d.uid.clone()),
+            ..Default::default()
+        };
+        let e = Event {
+            type_: EventType::Warning,
+            reason: reason.clone(),
+            note: Some(signal.clone()),
+            action: "Discovered".into(),
+            secondary: None,
+        };
+        if let Err(err) = shared.recorder.publish(&e, &regarding).await {
+            tracing::warn!(error = %err, %reason, "could not publish an Event");
+        }
+    }
+}
+
+/// The latest release of each Helm release in `ns`, decoded (and cached by Secret
+/// resourceVersion): `(release, published entry, revision for change records)`.
+async fn helm_releases(shared: &Shared, ns: &str) -> Vec<(String, HelmRelease, HelmRevision)> {
+    let mut latest: BTreeMap<String, HelmSecretView> = BTreeMap::new();
+    for s in shared.stores.helm_secrets.in_namespace(ns) {
+        if s.release.is_empty() {
+            continue;
+        }
+        match latest.get(&s.release) {
+            Some(l) if l.version >= s.version => {}
+            _ => {
+                latest.insert(s.release.clone(), s);
+            }
+        }
+    }
+    let api: Api<Secret> = Api::namespaced(shared.client.clone(), ns);
+    let mut out = Vec::new();
+    for (release, s) in latest {
+        let key = (format!("{ns}/{}", s.name), s.resource_version.clone());
+        let cached = shared
+            .helm
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .decoded
+            .get(&key)
+            .cloned();
+        if let Some(c) = cached {
+            out.push(c);
+            continue;
+        }
+        // One Secret at a time, only when it changed; its data is dropped at the end of
+        // this block and never logged.
+        let decoded = match api.get(&s.name).await {
+            Ok(secret) => {
+                let payload = secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("release"))
+                    .map(|b| b.0.clone())
+                    .unwrap_or_default();
+                helm::sanitise_release(&payload).map_err(|e| e.reason().to_string())
+            }
+            Err(kube::Error::Api(e)) if e.code == 403 => {
+                shared.helm.lock().unwrap_or_else(|e| e.into_inner()).denied =
+                    Some(format!("reading Secret {ns}/{} is forbidden", s.name));
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(namespace = ns, secret = %s.name, error = %e, "reading a Helm release Secret failed");
+                continue;
+            }
+        };
+        match decoded {
+            Ok(r) => {
+                let rev = HelmRevision {
+                    release: release.clone(),
+                    revision: r.revision,
+                    chart: r.chart.name.clone().unwrap_or_default(),
+                    version: r.chart.version.clone().unwrap_or_default(),
+                };
+                let entry = (release.clone(), HelmRelease::from(r), rev);
+                let mut g = shared.helm.lock().unwrap_or_else(|e| e.into_inner());
+                g.denied = None;
+                g.decoded.retain(|k, _| k.0 != key.0);
+                g.decoded.insert(key, entry.clone());
+                out.push(entry);
+            }
+            Err(reason) => {
+                tracing::warn!(namespace = ns, secret = %s.name, %reason, "a Helm release Secret could not be decoded; skipped");
+            }
+        }
+    }
+    out
+}
+
+/// Writes a namespace's inventory, split into parts when it would be too large; removes
+/// parts left from an earlier, larger split. Returns the number of parts.
+async fn write_inventory(
+    shared: &Shared,
+    cd: &ClusterDiscovery,
+    ns: &str,
+    status: NamespaceInventoryStatus,
+) -> Result<usize, kube::Error> {
+    let parts = inventory::split(status, inventory::MAX_BYTES);
+    let n = parts.len();
+    let api: Api<NamespaceInventory> = Api::namespaced(shared.client.clone(), ns);
+    let pp = PatchParams::apply(field_manager::DISCOVERY).force();
+    let now = Timestamp::now();
+    for (i, mut part) in parts.into_iter().enumerate() {
+        let name = if i == 0 {
+            "inventory".to_string()
+        } else {
+            format!("inventory-{i}")
+        };
+        let existing = shared
+            .stores
+            .inventories
+            .get(&kube::runtime::reflector::ObjectRef::new(&name).within(ns));
+        let spec_ok = existing
+            .as_ref()
+            .is_some_and(|e| e.spec.part == i as i32 && e.spec.parts == n as i32);
+        if !spec_ok {
+            let body = json!({
+                "apiVersion": "moonin.io/v1alpha1",
+                "kind": "NamespaceInventory",
+                "metadata": {
+                    "name": name,
+                    "namespace": ns,
+                    "ownerReferences": [{
+                        "apiVersion": "moonin.io/v1alpha1",
+                        "kind": "ClusterDiscovery",
+                        "name": cd.name_any(),
+                        "uid": cd.uid().unwrap_or_default(),
+                    }],
+                },
+                "spec": {"part": i, "parts": n},
+            });
+            shared.ctx.metrics.wrote(CONTROLLER, "NamespaceInventory");
+            api.patch(&name, &pp, &Patch::Apply(&body)).await?;
+        }
+        let current = existing
+            .as_ref()
+            .and_then(|e| e.status.clone())
+            .unwrap_or_default();
+        let truncated = if n > 1 {
+            Desired::new(
+                condition_types::TRUNCATED,
+                true,
+                "Split",
+                format!(
+                    "the inventory passes {} KiB; this is part {} of {n}",
+                    inventory::MAX_BYTES / 1024,
+                    i + 1
+                ),
+            )
+        } else {
+            Desired::new(
+                condition_types::TRUNCATED,
+                false,
+                "Complete",
+                "the inventory fits one object",
+            )
+        };
+        part.observed_generation = existing.as_ref().and_then(|e| e.metadata.generation);
+        part.conditions = conditions::merge(
+            &current.conditions,
+            &[
+                Desired::new(
+                    types::READY,
+                    true,
+                    "Inventoried",
+                    "the namespace's inventory is current",
+                ),
+                truncated,
+            ],
+            part.observed_generation,
+            now,
+        );
+        let same = {
+            let mut a = current.clone();
+            let mut b = part.clone();
+            let ca = std::mem::take(&mut a.conditions);
+            let cb = std::mem::take(&mut b.conditions);
+            a == b && conditions::equal_ignoring_time(&ca, &cb)
+        };
+        let key = (ns.to_string(), i as i32);
+        let written_same = shared
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            == Some(&part);
+        if same || written_same {
+            continue;
+        }
+        let body = json!({
+            "apiVersion": "moonin.io/v1alpha1",
+            "kind": "NamespaceInventory",
+            "status": part,
+        });
+        shared
+            .ctx
+            .metrics
+            .wrote(CONTROLLER, "NamespaceInventory/status");
+        api.patch_status(&name, &pp, &Patch::Apply(&body)).await?;
+        shared
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, part);
+    }
+    // Parts beyond the new count.
+    for old in shared.stores.inventories.state() {
+        if old.namespace().as_deref() != Some(ns) || old.spec.part < n as i32 {
+            continue;
+        }
+        shared.ctx.metrics.wrote(CONTROLLER, "NamespaceInventory");
+        match api.delete(&old.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+        shared
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(ns.to_string(), old.spec.part));
+    }
+    Ok(n)
+}
+
+/// Records a Deployment change as a WorkloadRevision (owned by the Deployment) and prunes
+/// the oldest beyond [`revision::KEPT`]. Names are derived from the change, so a restart
+/// that sees the same change again gets `AlreadyExists`, not a duplicate.
+async fn record_revision(
+    shared: &Shared,
+    after: &DeploymentView,
+    helm_enabled: bool,
+) -> Result<(), kube::Error> {
+    let key = (after.namespace.clone(), after.name.clone());
+    let before = shared
+        .baselines
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+        .cloned();
+    let now = Timestamp::now();
+    let helm = match (&after.helm_release, helm_enabled) {
+        (Some(release), true) => helm_releases(shared, &after.namespace)
+            .await
+            .into_iter()
+            .find(|(r, _, _)| r == release)
+            .map(|(_, _, rev)| rev),
+        _ => None,
+    };
+    let existing: Vec<RevView> = shared
+        .stores
+        .revisions
+        .in_namespace(&after.namespace)
+        .into_iter()
+        .filter(|r| r.workload == after.name)
+        .collect();
+    let spec = match &before {
+        Some(b) => revision::change(Some(b), after, helm, now),
+        // First sight (startup, leadership, a new Deployment): a record only when none
+        // exists for its current revision.
+        None => {
+            let current = after.revision.unwrap_or(1);
+            if existing.iter().any(|r| r.revision == current) {
+                None
+            } else {
+                Some(revision::initial(after, helm, now))
+            }
+        }
+    };
+    let Some(spec) = spec else {
+        if before.is_none() {
+            // Already recorded at this revision (by an earlier process): start from here.
+            shared
+                .baselines
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key, after.clone());
+        }
+        return Ok(());
+    };
+    let name = revision::name(&after.name, &spec);
+    let api: Api<WorkloadRevision> = Api::namespaced(shared.client.clone(), &after.namespace);
+    let obj: WorkloadRevision = serde_json::from_value(json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "WorkloadRevision",
+        "metadata": {
+            "name": name,
+            "namespace": after.namespace,
+            "ownerReferences": [{
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": after.name,
+                "uid": after.uid,
+            }],
+        },
+        "spec": spec,
+    }))
+    .map_err(kube::Error::SerdeError)?;
+    let pp = PostParams {
+        field_manager: Some(field_manager::DISCOVERY.to_string()),
+        ..PostParams::default()
+    };
+    shared.ctx.metrics.wrote(CONTROLLER, "WorkloadRevision");
+    let created = match api.create(&pp, &obj).await {
+        Ok(_) => true,
+        Err(kube::Error::Api(e)) if e.code == 409 => false,
+        Err(e) => return Err(e),
+    };
+    shared
+        .baselines
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, after.clone());
+    if !created {
+        return Ok(());
+    }
+    let body = json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "WorkloadRevision",
+        "status": {
+            "observedGeneration": 1,
+            "conditions": conditions::merge(&[], &[Desired::new(types::READY, true, "Recorded", "the change is recorded")], Some(1), now),
+        },
+    });
+    shared
+        .ctx
+        .metrics
+        .wrote(CONTROLLER, "WorkloadRevision/status");
+    api.patch_status(
+        &name,
+        &PatchParams::apply(field_manager::DISCOVERY).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    let mut all: Vec<(String, Timestamp)> = existing
+        .iter()
+        .map(|r| (r.name.clone(), r.observed_at))
+        .collect();
+    all.push((name, now));
+    for old in revision::prune(&all) {
+        shared.ctx.metrics.wrote(CONTROLLER, "WorkloadRevision");
+        match api.delete(&old, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The ClusterDiscovery status: metadata, node groups, totals, conditions; written only
+/// when it changed.
+async fn write_cluster_status(
+    shared: &Shared,
+    cd: &ClusterDiscovery,
+    live: &BTreeSet<String>,
+    excluded: &BTreeSet<&str>,
+    progress: &mut Progress,
+) -> Result<(), kube::Error> {
+    let s = &shared.stores;
+    let now = Timestamp::now();
+    check_api(shared, progress).await;
+    let name = match &cd.spec.cluster_name {
+        Some(n) => Sourced {
+            value: n.clone(),
+            source: "spec.clusterName".into(),
+        },
+        None => Sourced {
+            value: shared.ctx.cluster_name.clone(),
+            source: "--cluster-name".into(),
+        },
+    };
+    let nodes = s.nodes.all();
+    let inventoried: Vec<&String> = live
+        .iter()
+        .filter(|n| !excluded.contains(n.as_str()))
+        .collect();
+    let images: BTreeSet<&String> = progress.images.values().flatten().collect();
+    let deployments = s
+        .deployments
+        .all()
+        .iter()
+        .filter(|d| !excluded.contains(d.namespace.as_str()))
+        .count();
+    let cron_jobs = s
+        .cron_jobs
+        .all()
+        .iter()
+        .filter(|c| !excluded.contains(c.namespace.as_str()))
+        .count();
+    let complete = inventoried.iter().all(|n| progress.written.contains(*n));
+    let helm_condition = if !cd.spec.helm.enabled {
+        Desired::new(
+            condition_types::HELM_ACCESS,
+            false,
+            "Disabled",
+            "Helm discovery is off (spec.helm.enabled)",
+        )
+    } else {
+        match &shared.helm.lock().unwrap_or_else(|e| e.into_inner()).denied {
+            Some(why) => Desired::new(
+                condition_types::HELM_ACCESS,
+                false,
+                "Forbidden",
+                format!("{why}; grant the opt-in Helm role (config/rbac)"),
+            ),
+            None => Desired::new(
+                condition_types::HELM_ACCESS,
+                true,
+                "SecretsReadable",
+                "Helm release Secrets are read and sanitised",
+            ),
+        }
+    };
+    let api_condition = match &progress.reachable {
+        Some(Err(e)) => Desired::new(
+            condition_types::API_REACHABLE,
+            false,
+            "Unreachable",
+            e.clone(),
+        ),
+        _ => Desired::new(
+            condition_types::API_REACHABLE,
+            true,
+            "Reachable",
+            "the API server answers",
+        ),
+    };
+    let split: Vec<&String> = progress.split.iter().collect();
+    let desired = vec![
+        Desired::new(
+            types::READY,
+            complete,
+            if complete {
+                "Inventoried"
+            } else {
+                "Inventorying"
+            },
+            format!(
+                "{} of {} namespaces inventoried",
+                inventoried
+                    .iter()
+                    .filter(|n| progress.written.contains(**n))
+                    .count(),
+                inventoried.len()
+            ),
+        ),
+        api_condition,
+        Desired::new(
+            condition_types::INVENTORY_COMPLETE,
+            complete,
+            if complete { "Complete" } else { "InProgress" },
+            "every watched kind has listed and every namespace's inventory is written",
+        ),
+        helm_condition,
+        if split.is_empty() {
+            Desired::new(
+                condition_types::TRUNCATED,
+                false,
+                "Complete",
+                "every inventory fits one object",
+            )
+        } else {
+            Desired::new(
+                condition_types::TRUNCATED,
+                true,
+                "Split",
+                format!(
+                    "split into parts: {}",
+                    split
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        },
+    ];
+    let current = cd.status.clone().unwrap_or_default();
+    let mut next = ClusterDiscoveryStatus {
+        observed_generation: cd.metadata.generation,
+        cluster: Some(cluster::metadata(&nodes, name, progress.version.clone())),
+        node_groups: cluster::node_groups(&nodes),
+        totals: Some(Totals {
+            namespaces: inventoried.len() as i32,
+            deployments: deployments as i32,
+            images: images.len() as i32,
+            cron_jobs: cron_jobs as i32,
+            error_signals: progress.signals.values().sum(),
+        }),
+        conditions: Vec::new(),
+    };
+    next.conditions = conditions::merge(&current.conditions, &desired, cd.metadata.generation, now);
+    let same = {
+        let mut a = current.clone();
+        let mut b = next.clone();
+        let ca = std::mem::take(&mut a.conditions);
+        let cb = std::mem::take(&mut b.conditions);
+        a == b && conditions::equal_ignoring_time(&ca, &cb)
+    };
+    if same || !shared.ctx.leadership.is_leader() {
+        return Ok(());
+    }
+    let api: Api<ClusterDiscovery> = Api::all(shared.client.clone());
+    let body = json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "ClusterDiscovery",
+        "status": next,
+    });
+    shared
+        .ctx
+        .metrics
+        .wrote(CONTROLLER, "ClusterDiscovery/status");
+    api.patch_status(
+        &cd.name_any(),
+        &PatchParams::apply(field_manager::DISCOVERY).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Asks the API server for its version.
+async fn check_api(shared: &Shared, progress: &mut Progress) {
+    match shared.client.apiserver_version().await {
+        Ok(v) => {
+            progress.version = Some(v.git_version);
+            progress.reachable = Some(Ok(()));
+        }
+        Err(e) => progress.reachable = Some(Err(format!("GET /version failed: {e}"))),
+    }
+}
+
+/// The leader renews the heartbeat Lease; `ApiReachable` follows the outcome, and the
+/// cluster status is rebuilt only when it flips.
+async fn heartbeat_loop(shared: Arc<Shared>) {
+    let mut reachable: Option<bool> = None;
+    loop {
+        tokio::time::sleep(HEARTBEAT).await;
+        if !shared.ctx.leadership.is_leader() {
+            continue;
+        }
+        let api: Api<Lease> = Api::namespaced(shared.client.clone(), &shared.ctx.namespace);
+        let body = json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": HEARTBEAT_LEASE},
+            "spec": {
+                "holderIdentity": "moonin-discovery",
+                "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(Timestamp::now()),
+                "leaseDurationSeconds": (HEARTBEAT.as_secs() * 3) as i32,
+            },
+        });
+        shared.ctx.metrics.wrote(CONTROLLER, "Lease");
+        let ok = api
+            .patch(
+                HEARTBEAT_LEASE,
+                &PatchParams::apply(field_manager::DISCOVERY).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .is_ok();
+        if reachable != Some(ok) {
+            if reachable.is_some() {
+                mark(&shared, |d| d.cluster = true);
+            }
+            reachable = Some(ok);
+        }
+    }
+}

@@ -1,0 +1,479 @@
+//! The small projections discovery keeps in memory instead of whole objects. The watches
+//! turn each object into one of these as it arrives (`from_*`), so stores hold only what
+//! the inventory, the cluster status and the revision log read. Everything here is pure.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    autoscaling::v2::HorizontalPodAutoscaler,
+    batch::v1::{CronJob, Job},
+    core::v1::{Node, Pod, PodSpec},
+};
+use kube::ResourceExt;
+
+/// Labels that place a Node: region, zone, instance type (current and legacy keys).
+pub mod node_labels {
+    /// Region.
+    pub const REGION: &str = "topology.kubernetes.io/region";
+    /// Region, before Kubernetes 1.17.
+    pub const REGION_LEGACY: &str = "failure-domain.beta.kubernetes.io/region";
+    /// Zone.
+    pub const ZONE: &str = "topology.kubernetes.io/zone";
+    /// Zone, before Kubernetes 1.17.
+    pub const ZONE_LEGACY: &str = "failure-domain.beta.kubernetes.io/zone";
+    /// Instance type.
+    pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+    /// Instance type, before Kubernetes 1.17.
+    pub const INSTANCE_TYPE_LEGACY: &str = "beta.kubernetes.io/instance-type";
+}
+
+/// A Node, as the cluster status reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeView {
+    /// Name.
+    pub name: String,
+    /// `spec.providerID`.
+    pub provider_id: Option<String>,
+    /// Region label (current key, else the legacy one).
+    pub region: Option<String>,
+    /// Zone label (current key, else the legacy one).
+    pub zone: Option<String>,
+    /// Instance type label (current key, else the legacy one).
+    pub instance_type: Option<String>,
+    /// `status.nodeInfo.containerRuntimeVersion`, e.g. `containerd://1.7.2`.
+    pub runtime: Option<String>,
+    /// `status.nodeInfo.kubeletVersion`.
+    pub kubelet_version: Option<String>,
+    /// Condition `Ready=True`.
+    pub ready: bool,
+    /// Pressure conditions that are `True` (`MemoryPressure`, `DiskPressure`, `PIDPressure`).
+    pub pressure: Vec<String>,
+    /// `status.capacity` for cpu, memory and pods, as Kubernetes quantities.
+    pub capacity: BTreeMap<String, String>,
+    /// `status.allocatable` for cpu, memory and pods.
+    pub allocatable: BTreeMap<String, String>,
+}
+
+/// The resources a node group sums.
+pub const SUMMED_RESOURCES: [&str; 3] = ["cpu", "memory", "pods"];
+
+/// Projects a Node.
+pub fn node(n: &Node) -> NodeView {
+    let label = |a: &str, b: &str| n.labels().get(a).or_else(|| n.labels().get(b)).cloned();
+    let status = n.status.as_ref();
+    let conditions = status.and_then(|s| s.conditions.as_ref());
+    let is_true = |t: &str| {
+        conditions
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == t && c.status == "True")
+    };
+    let pick =
+        |m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
+            m.into_iter()
+                .flatten()
+                .filter(|(k, _)| SUMMED_RESOURCES.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.0.clone()))
+                .collect()
+        };
+    let info = status.and_then(|s| s.node_info.as_ref());
+    NodeView {
+        name: n.name_any(),
+        provider_id: n.spec.as_ref().and_then(|s| s.provider_id.clone()),
+        region: label(node_labels::REGION, node_labels::REGION_LEGACY),
+        zone: label(node_labels::ZONE, node_labels::ZONE_LEGACY),
+        instance_type: label(
+            node_labels::INSTANCE_TYPE,
+            node_labels::INSTANCE_TYPE_LEGACY,
+        ),
+        runtime: info.map(|i| i.container_runtime_version.clone()),
+        kubelet_version: info.map(|i| i.kubelet_version.clone()),
+        ready: is_true("Ready"),
+        pressure: ["MemoryPressure", "DiskPressure", "PIDPressure"]
+            .into_iter()
+            .filter(|t| is_true(t))
+            .map(str::to_string)
+            .collect(),
+        capacity: pick(status.and_then(|s| s.capacity.as_ref())),
+        allocatable: pick(status.and_then(|s| s.allocatable.as_ref())),
+    }
+}
+
+/// A condition, reduced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cond {
+    /// Type.
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// Reason.
+    pub reason: Option<String>,
+    /// Message.
+    pub message: Option<String>,
+}
+
+/// A Deployment, as the inventory and the revision log read it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeploymentView {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID (the owner of its WorkloadRevisions).
+    pub uid: String,
+    /// `metadata.generation`.
+    pub generation: i64,
+    /// `status.observedGeneration`.
+    pub observed_generation: i64,
+    /// `spec.replicas` (1 when absent).
+    pub replicas: i32,
+    /// `status.readyReplicas`.
+    pub ready: i32,
+    /// `status.availableReplicas`.
+    pub available: i32,
+    /// `status.updatedReplicas`.
+    pub updated: i32,
+    /// `(container, image)` of the Pod template, init containers first, in order.
+    pub images: Vec<(String, String)>,
+    /// ConfigMaps and Secrets the template refers to, as `ConfigMap/<name>` or
+    /// `Secret/<name>`, sorted (names only: never data).
+    pub config_refs: Vec<String>,
+    /// `deployment.kubernetes.io/revision`.
+    pub revision: Option<i64>,
+    /// `spec.selector.matchLabels` (an expression selector is reduced to its labels).
+    pub selector: BTreeMap<String, String>,
+    /// Status conditions.
+    pub conditions: Vec<Cond>,
+    /// The Helm release managing it (`meta.helm.sh/release-name` when
+    /// `app.kubernetes.io/managed-by=Helm`).
+    pub helm_release: Option<String>,
+    /// Field managers that own `spec.replicas` (read before managedFields is dropped).
+    pub replicas_managers: Vec<String>,
+    /// The field manager of the latest update that touched `spec.template` (the
+    /// managedFields entry with the newest time among those owning a template field).
+    pub template_manager: Option<String>,
+}
+
+/// Projects a Deployment.
+pub fn deployment(d: &Deployment) -> DeploymentView {
+    let spec = d.spec.as_ref();
+    let status = d.status.as_ref();
+    let template = spec.and_then(|s| s.template.spec.as_ref());
+    let managers = |field: &str| -> Vec<(String, Option<Timestamp>)> {
+        d.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|m| {
+                m.fields_v1
+                    .as_ref()
+                    .and_then(|f| f.0.get("f:spec"))
+                    .is_some_and(|s| s.get(field).is_some())
+            })
+            .filter_map(|m| Some((m.manager.clone()?, m.time.as_ref().map(|t| t.0))))
+            .collect()
+    };
+    let mut replicas_managers: Vec<String> =
+        managers("f:replicas").into_iter().map(|(m, _)| m).collect();
+    replicas_managers.sort();
+    replicas_managers.dedup();
+    let template_manager = managers("f:template")
+        .into_iter()
+        .max_by_key(|(_, t)| *t)
+        .map(|(m, _)| m);
+    let helm = d
+        .labels()
+        .get("app.kubernetes.io/managed-by")
+        .map(String::as_str)
+        == Some("Helm");
+    DeploymentView {
+        namespace: d.namespace().unwrap_or_default(),
+        name: d.name_any(),
+        uid: d.uid().unwrap_or_default(),
+        generation: d.metadata.generation.unwrap_or(0),
+        observed_generation: status.and_then(|s| s.observed_generation).unwrap_or(0),
+        replicas: spec.and_then(|s| s.replicas).unwrap_or(1),
+        ready: status.and_then(|s| s.ready_replicas).unwrap_or(0),
+        available: status.and_then(|s| s.available_replicas).unwrap_or(0),
+        updated: status.and_then(|s| s.updated_replicas).unwrap_or(0),
+        images: template.map(images).unwrap_or_default(),
+        config_refs: template.map(config_refs).unwrap_or_default(),
+        revision: d
+            .annotations()
+            .get("deployment.kubernetes.io/revision")
+            .and_then(|r| r.parse().ok()),
+        selector: spec
+            .and_then(|s| s.selector.match_labels.clone())
+            .unwrap_or_default(),
+        conditions: status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|c| Cond {
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            })
+            .collect(),
+        helm_release: helm
+            .then(|| d.annotations().get("meta.helm.sh/release-name").cloned())
+            .flatten(),
+        replicas_managers,
+        template_manager,
+    }
+}
+
+/// `(container, image)`, init containers first.
+pub fn images(p: &PodSpec) -> Vec<(String, String)> {
+    p.init_containers
+        .iter()
+        .flatten()
+        .chain(p.containers.iter())
+        .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
+        .collect()
+}
+
+/// ConfigMaps and Secrets a Pod spec refers to, by name, sorted and unique.
+pub fn config_refs(p: &PodSpec) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in p
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(p.containers.iter())
+    {
+        for e in c.env_from.iter().flatten() {
+            if let Some(r) = &e.config_map_ref {
+                out.push(format!("ConfigMap/{}", r.name));
+            }
+            if let Some(r) = &e.secret_ref {
+                out.push(format!("Secret/{}", r.name));
+            }
+        }
+        for e in c.env.iter().flatten() {
+            if let Some(v) = &e.value_from {
+                if let Some(r) = &v.config_map_key_ref {
+                    out.push(format!("ConfigMap/{}", r.name));
+                }
+                if let Some(r) = &v.secret_key_ref {
+                    out.push(format!("Secret/{}", r.name));
+                }
+            }
+        }
+    }
+    for v in p.volumes.iter().flatten() {
+        if let Some(c) = &v.config_map {
+            out.push(format!("ConfigMap/{}", c.name));
+        }
+        if let Some(s) = &v.secret
+            && let Some(n) = &s.secret_name
+        {
+            out.push(format!("Secret/{n}"));
+        }
+        if let Some(p) = &v.projected {
+            for s in p.sources.iter().flatten() {
+                if let Some(c) = &s.config_map {
+                    out.push(format!("ConfigMap/{}", c.name));
+                }
+                if let Some(c) = &s.secret {
+                    out.push(format!("Secret/{}", c.name));
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// What a Pod contributes to its workload's health: never the Pod itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodView {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Labels (for the selector-overlap hazard).
+    pub labels: BTreeMap<String, String>,
+    /// The owning ReplicaSet's or Job's name, `ReplicaSet/<name>` or `Job/<name>`.
+    pub owner: Option<String>,
+    /// Waiting reasons of its containers (`CrashLoopBackOff`, `ImagePullBackOff`, …).
+    pub waiting: Vec<String>,
+}
+
+/// Projects a Pod.
+pub fn pod(p: &Pod) -> PodView {
+    let status = p.status.as_ref();
+    let mut waiting: Vec<String> = status
+        .into_iter()
+        .flat_map(|s| {
+            s.init_container_statuses
+                .iter()
+                .flatten()
+                .chain(s.container_statuses.iter().flatten())
+        })
+        .filter_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone())
+        .collect();
+    waiting.sort();
+    waiting.dedup();
+    PodView {
+        namespace: p.namespace().unwrap_or_default(),
+        name: p.name_any(),
+        labels: p.labels().clone(),
+        owner: p
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| format!("{}/{}", o.kind, o.name)),
+        waiting,
+    }
+}
+
+/// An HPA, reduced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HpaView {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `scaleTargetRef` kind and name.
+    pub target: (String, String),
+    /// Bounds.
+    pub min: Option<i32>,
+    /// Bounds.
+    pub max: i32,
+    /// The ScaledObject that owns it, if KEDA made it.
+    pub scaled_object: Option<String>,
+}
+
+/// Projects an HPA.
+pub fn hpa(h: &HorizontalPodAutoscaler) -> HpaView {
+    let spec = Some(&h.spec);
+    HpaView {
+        namespace: h.namespace().unwrap_or_default(),
+        name: h.name_any(),
+        target: spec
+            .map(|s| {
+                (
+                    s.scale_target_ref.kind.clone(),
+                    s.scale_target_ref.name.clone(),
+                )
+            })
+            .unwrap_or_default(),
+        min: spec.and_then(|s| s.min_replicas),
+        max: spec.map_or(0, |s| s.max_replicas),
+        scaled_object: h
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "ScaledObject")
+            .map(|o| o.name.clone()),
+    }
+}
+
+/// A Job, reduced: one CronJob run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobView {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The CronJob that created it.
+    pub cron_job: Option<String>,
+    /// Pod template labels (for the selector-overlap hazard).
+    pub template_labels: BTreeMap<String, String>,
+    /// `status.startTime`.
+    pub start: Option<Timestamp>,
+    /// `status.completionTime`, else the time of its `Failed` condition.
+    pub end: Option<Timestamp>,
+    /// `Running`, `Succeeded` or `Failed`.
+    pub result: &'static str,
+}
+
+/// Projects a Job.
+pub fn job(j: &Job) -> JobView {
+    let status = j.status.as_ref();
+    let cond = |t: &str| {
+        status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == t && c.status == "True")
+    };
+    let failed = cond("Failed");
+    let complete = cond("Complete");
+    JobView {
+        namespace: j.namespace().unwrap_or_default(),
+        name: j.name_any(),
+        cron_job: j
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "CronJob")
+            .map(|o| o.name.clone()),
+        template_labels: j
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.metadata.as_ref())
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default(),
+        start: status.and_then(|s| s.start_time.as_ref()).map(|t| t.0),
+        end: status
+            .and_then(|s| s.completion_time.as_ref())
+            .map(|t| t.0)
+            .or_else(|| {
+                failed
+                    .and_then(|c| c.last_transition_time.as_ref())
+                    .map(|t| t.0)
+            }),
+        result: if failed.is_some() {
+            "Failed"
+        } else if complete.is_some() {
+            "Succeeded"
+        } else {
+            "Running"
+        },
+    }
+}
+
+/// A CronJob, reduced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CronJobView {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `spec.schedule`.
+    pub schedule: String,
+    /// `spec.timeZone`.
+    pub time_zone: Option<String>,
+    /// `spec.suspend`.
+    pub suspend: bool,
+    /// `status.lastScheduleTime`.
+    pub last_schedule: Option<Timestamp>,
+    /// `status.lastSuccessfulTime`.
+    pub last_successful: Option<Timestamp>,
+    /// `metadata.creationTimestamp`.
+    pub created: Option<Timestamp>,
+}
+
+/// Projects a CronJob.
+pub fn cron_job(c: &CronJob) -> CronJobView {
+    let spec = Some(&c.spec);
+    let status = c.status.as_ref();
+    CronJobView {
+        namespace: c.namespace().unwrap_or_default(),
+        name: c.name_any(),
+        schedule: spec.map(|s| s.schedule.clone()).unwrap_or_default(),
+        time_zone: spec.and_then(|s| s.time_zone.clone()),
+        suspend: spec.and_then(|s| s.suspend).unwrap_or(false),
+        last_schedule: status
+            .and_then(|s| s.last_schedule_time.as_ref())
+            .map(|t| t.0),
+        last_successful: status
+            .and_then(|s| s.last_successful_time.as_ref())
+            .map(|t| t.0),
+        created: c.creation_timestamp().map(|t| t.0),
+    }
+}

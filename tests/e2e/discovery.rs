@@ -1,0 +1,509 @@
+//! Discovery on the real control plane: the controller-manager runs Deployments and Jobs,
+//! kwok runs the Pods, `moonin run --controllers discovery` runs as its ServiceAccount from
+//! `config/rbac` (plus `config/rbac-helm` where Helm releases are read).
+
+use std::{io::Write, time::Duration};
+
+use base64::Engine;
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    batch::v1::{CronJob, Job},
+    core::v1::{Namespace, Secret},
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use moonin::api::discovery::{ClusterDiscovery, NamespaceInventory, WorkloadRevision};
+use serde_json::{Value, json};
+
+use crate::harness::wait_for;
+use crate::require_cluster;
+use crate::scaling::Rig;
+
+/// The cluster's one ClusterDiscovery, removed (with every inventory it owns) on drop.
+struct Discovery {
+    client: Client,
+}
+
+impl Discovery {
+    async fn create(client: &Client, helm: bool) -> Self {
+        let api: Api<ClusterDiscovery> = Api::all(client.clone());
+        let _ = api.delete("cluster", &DeleteParams::default()).await;
+        wait_for(
+            "an earlier ClusterDiscovery to go",
+            Duration::from_secs(30),
+            || async { api.get_opt("cluster").await.ok()?.is_none().then_some(()) },
+        )
+        .await;
+        let cd: ClusterDiscovery = serde_json::from_value(json!({
+            "apiVersion": "moonin.io/v1alpha1",
+            "kind": "ClusterDiscovery",
+            "metadata": {"name": "cluster"},
+            "spec": {"clusterName": "e2e", "helm": {"enabled": helm}}
+        }))
+        .expect("cd");
+        api.create(&PostParams::default(), &cd)
+            .await
+            .expect("create ClusterDiscovery");
+        Self {
+            client: client.clone(),
+        }
+    }
+
+    async fn status(&self) -> Value {
+        let api: Api<ClusterDiscovery> = Api::all(self.client.clone());
+        api.get("cluster")
+            .await
+            .ok()
+            .and_then(|c| serde_json::to_value(c.status).ok())
+            .unwrap_or(Value::Null)
+    }
+}
+
+impl Drop for Discovery {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kubectl")
+            .args([
+                "delete",
+                "clusterdiscovery",
+                "cluster",
+                "--ignore-not-found",
+                "--wait=false",
+            ])
+            .status();
+    }
+}
+
+/// Waits until the inventory satisfies `check`, returning it.
+async fn inventory_where(rig: &Rig, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let api: Api<NamespaceInventory> = Api::namespaced(rig.client.clone(), rig.ns());
+    wait_for(what, Duration::from_secs(40), || async {
+        let i = api.get_opt("inventory").await.ok()??;
+        let v = serde_json::to_value(i.status?).ok()?;
+        check(&v).then_some(v)
+    })
+    .await
+}
+
+fn entry<'a>(inv: &'a Value, list: &str, name: &str) -> Option<&'a Value> {
+    inv[list].as_array()?.iter().find(|d| d["name"] == name)
+}
+
+async fn deployment(rig: &Rig, name: &str, image: &str, labels: Value) {
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels.clone()},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": image}]}
+            }
+        }
+    }))
+    .expect("deployment");
+    rig.deployments()
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("create deployment");
+}
+
+async fn revisions(rig: &Rig, workload: &str) -> Vec<WorkloadRevision> {
+    let api: Api<WorkloadRevision> = Api::namespaced(rig.client.clone(), rig.ns());
+    api.list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r.spec.workload.name == workload)
+        .collect()
+}
+
+#[tokio::test]
+async fn inventory_revisions_cron_runs_and_hazards() {
+    let client = require_cluster!();
+    let mut rig = Rig::with_args(client.clone(), "disc", &["--controllers", "discovery"]).await;
+    let discovery = Discovery::create(&client, false).await;
+
+    deployment(&rig, "web", "registry.example/web:1.0", json!({})).await;
+    deployment(&rig, "api", "registry.example/api:3.1", json!({})).await;
+
+    // The inventory matches what the API server reports.
+    let inv = inventory_where(&rig, "both Deployments inventoried", |v| {
+        entry(v, "deployments", "web").is_some() && entry(v, "deployments", "api").is_some()
+    })
+    .await;
+    for d in rig
+        .deployments()
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+    {
+        let e = entry(&inv, "deployments", &d.name_any()).expect("entry");
+        let spec = d.spec.as_ref().expect("spec");
+        assert_eq!(e["desired"], spec.replicas.unwrap_or(1), "{e}");
+        let image = spec.template.spec.as_ref().expect("pod spec").containers[0]
+            .image
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(e["images"], json!([image]), "{e}");
+    }
+    assert!(
+        inv["images"]
+            .as_array()
+            .is_some_and(|i| i.contains(&json!("registry.example/web:1.0"))),
+        "{inv}"
+    );
+
+    // Every namespace gets an inventory, and the cluster status counts them.
+    let s = wait_for(
+        "the ClusterDiscovery to be Ready",
+        Duration::from_secs(40),
+        || async {
+            let s = discovery.status().await;
+            s["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                .then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(s["cluster"]["name"]["value"], "e2e", "{s}");
+    assert_eq!(s["cluster"]["name"]["source"], "spec.clusterName", "{s}");
+    assert!(
+        s["cluster"]["kubernetesVersion"]["value"].is_string(),
+        "{s}"
+    );
+    assert!(
+        s["nodeGroups"].as_array().is_some_and(|g| !g.is_empty()),
+        "{s}"
+    );
+    let default_inv: Api<NamespaceInventory> = Api::namespaced(client.clone(), "default");
+    assert!(
+        default_inv
+            .get_opt("inventory")
+            .await
+            .expect("get")
+            .is_some()
+    );
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let active = namespaces
+        .list(&ListParams::default())
+        .await
+        .expect("namespaces")
+        .items
+        .into_iter()
+        .filter(|n| n.metadata.deletion_timestamp.is_none())
+        .count() as i64;
+    let counted = s["totals"]["namespaces"].as_i64().unwrap_or(0);
+    assert!(
+        (counted - active).abs() <= 2,
+        "totals.namespaces {counted} vs {active} active namespaces (other tests create and delete theirs)"
+    );
+
+    // An image change is a revision that names who made it.
+    wait_for("web's first revision", Duration::from_secs(30), || async {
+        (!revisions(&rig, "web").await.is_empty()).then_some(())
+    })
+    .await;
+    rig.deployments()
+        .patch(
+            "web",
+            &PatchParams::apply("e2e-deployer").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "web"},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "web"}},
+                        "spec": {"containers": [{"name": "app", "image": "registry.example/web:1.1"}]}
+                    }
+                }
+            })),
+        )
+        .await
+        .expect("image change");
+    let change = wait_for(
+        "a revision for the image change",
+        Duration::from_secs(30),
+        || async {
+            revisions(&rig, "web").await.into_iter().find(|r| {
+                r.spec
+                    .images
+                    .iter()
+                    .any(|i| i.to.as_deref() == Some("registry.example/web:1.1"))
+            })
+        },
+    )
+    .await;
+    assert_eq!(
+        change.spec.changed_by.as_deref(),
+        Some("e2e-deployer"),
+        "{:?}",
+        change.spec
+    );
+    assert_eq!(
+        change.spec.images[0].from.as_deref(),
+        Some("registry.example/web:1.0"),
+        "{:?}",
+        change.spec
+    );
+    assert!(
+        change
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "Deployment" && o.name == "web")
+    );
+
+    // A CronJob's runs are recorded and outlive their Jobs.
+    let cron_jobs: Api<CronJob> = Api::namespaced(client.clone(), rig.ns());
+    let cj: CronJob = serde_json::from_value(json!({
+        "metadata": {"name": "nightly"},
+        "spec": {
+            "schedule": "0 3 * * *",
+            "suspend": true,
+            "jobTemplate": {"spec": {"template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "job", "image": "registry.example/job:1"}]
+            }}}}
+        }
+    }))
+    .expect("cronjob");
+    let cj = cron_jobs
+        .create(&PostParams::default(), &cj)
+        .await
+        .expect("create cronjob");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), rig.ns());
+    let run: Job = serde_json::from_value(json!({
+        "metadata": {"name": "nightly-manual", "ownerReferences": [{
+            "apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly",
+            "uid": cj.uid().unwrap_or_default()
+        }]},
+        "spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "job", "image": "registry.example/job:1"}]
+        }}}
+    }))
+    .expect("job");
+    jobs.create(&PostParams::default(), &run)
+        .await
+        .expect("create job");
+    inventory_where(&rig, "the CronJob's run recorded", |v| {
+        entry(v, "cronJobs", "nightly").is_some_and(|c| {
+            c["runs"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| r["job"] == "nightly-manual"))
+        })
+    })
+    .await;
+    jobs.delete(
+        "nightly-manual",
+        &DeleteParams {
+            propagation_policy: Some(kube::api::PropagationPolicy::Background),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .expect("delete job");
+    wait_for("the Job to be gone", Duration::from_secs(30), || async {
+        jobs.get_opt("nightly-manual")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // A later change in the namespace rebuilds its inventory; the run stays.
+    deployment(&rig, "later", "registry.example/later:1", json!({})).await;
+    let inv = inventory_where(&rig, "the later Deployment inventoried", |v| {
+        entry(v, "deployments", "later").is_some()
+    })
+    .await;
+    let runs = &entry(&inv, "cronJobs", "nightly").expect("nightly")["runs"];
+    assert!(
+        runs.as_array()
+            .is_some_and(|r| r.iter().any(|r| r["job"] == "nightly-manual")),
+        "the run outlives its Job: {runs}"
+    );
+
+    // A migration Job carrying a Deployment's labels is a hazard (its HPA would count it).
+    let migrate: Job = serde_json::from_value(json!({
+        "metadata": {"name": "migrate"},
+        "spec": {"template": {
+            "metadata": {"labels": {"app": "api"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "registry.example/api:3.1"}]}
+        }}
+    }))
+    .expect("job");
+    jobs.create(&PostParams::default(), &migrate)
+        .await
+        .expect("create migrate");
+    let inv = inventory_where(&rig, "the selector-overlap hazard", |v| {
+        entry(v, "deployments", "api").is_some_and(|d| {
+            d["signals"].as_array().is_some_and(|s| {
+                s.iter().any(|s| {
+                    s.as_str()
+                        .is_some_and(|s| s.starts_with("SelectorOverlap") && s.contains("migrate"))
+                })
+            })
+        })
+    })
+    .await;
+    assert!(
+        entry(&inv, "deployments", "web")
+            .is_some_and(|d| d["signals"].as_array().is_none_or(|s| s.is_empty())),
+        "{inv}"
+    );
+    wait_for(
+        "a SelectorOverlap Warning on the Deployment",
+        Duration::from_secs(20),
+        || async { (!rig.events("api", "SelectorOverlap").await.is_empty()).then_some(()) },
+    )
+    .await;
+
+    // A restart does not duplicate revisions.
+    let before = revisions(&rig, "web").await.len();
+    rig.kill();
+    rig.start().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        revisions(&rig, "web").await.len(),
+        before,
+        "no duplicate revision after a restart"
+    );
+    drop(discovery);
+}
+
+/// A Helm release payload as Helm stores it: JSON, gzip, base64.
+fn helm_payload(ns: &str, secret: &str) -> String {
+    let release = json!({
+        "name": "shop",
+        "namespace": ns,
+        "version": 3,
+        "info": {
+            "first_deployed": "2026-11-01T10:00:00Z",
+            "last_deployed": "2026-11-30T09:00:00Z",
+            "deleted": "",
+            "description": "Upgrade complete",
+            "status": "deployed",
+            "notes": format!("Log in with the password {secret}")
+        },
+        "chart": {
+            "metadata": {"name": "shop", "version": "1.2.3", "appVersion": "2.0.0"},
+            "templates": [{"name": "templates/secret.yaml", "data": base64::engine::general_purpose::STANDARD.encode(format!("password: {secret}"))}],
+            "values": {"db": {"password": secret}}
+        },
+        "config": {"db": {"password": secret}},
+        "manifest": format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\nstringData:\n  password: {secret}\n"),
+        "hooks": [{"name": "pre-install", "manifest": format!("password: {secret}")}]
+    });
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(release.to_string().as_bytes()).expect("gzip");
+    base64::engine::general_purpose::STANDARD.encode(gz.finish().expect("gzip"))
+}
+
+#[tokio::test]
+async fn helm_releases_are_published_sanitised_and_the_password_goes_nowhere() {
+    const PASSWORD: &str = "e2e-Hunter2-Sup3rSecret";
+    let client = require_cluster!();
+    let mut rig =
+        Rig::with_args(client.clone(), "disc-helm", &["--controllers", "discovery"]).await;
+    rig.ns.grant_rbac("config/rbac-helm");
+    let discovery = Discovery::create(&client, true).await;
+    deployment(
+        &rig,
+        "shop",
+        "registry.example/shop:2.0.0",
+        json!({"app.kubernetes.io/managed-by": "Helm"}),
+    )
+    .await;
+    rig.deployments()
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"meta.helm.sh/release-name": "shop"}}}),
+            ),
+        )
+        .await
+        .expect("helm annotation");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), rig.ns());
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {
+            "name": "sh.helm.release.v1.shop.v3",
+            "labels": {"owner": "helm", "name": "shop", "status": "deployed", "version": "3"}
+        },
+        "type": "helm.sh/release.v1",
+        "stringData": {"release": helm_payload(rig.ns(), PASSWORD)}
+    }))
+    .expect("secret");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create release secret");
+
+    let inv = inventory_where(&rig, "the Helm release in the inventory", |v| {
+        entry(v, "helmReleases", "shop").is_some()
+    })
+    .await;
+    let r = entry(&inv, "helmReleases", "shop").expect("release");
+    assert_eq!(r["revision"], 3, "{r}");
+    assert_eq!(r["chart"], "shop", "{r}");
+    assert_eq!(r["chartVersion"], "1.2.3", "{r}");
+    assert_eq!(r["status"], "deployed", "{r}");
+    assert!(
+        r["valuesHash"].as_str().is_some_and(|h| h.len() == 64),
+        "{r}"
+    );
+    assert_eq!(
+        entry(&inv, "deployments", "shop").map(|d| d["helmRelease"].clone()),
+        Some(json!("shop")),
+        "{inv}"
+    );
+    let s = discovery.status().await;
+    assert!(
+        s["conditions"].as_array().is_some_and(|c| c
+            .iter()
+            .any(|c| c["type"] == "HelmAccess" && c["status"] == "True")),
+        "{s}"
+    );
+
+    // The password is in no Moonin object, no Event and no log line.
+    let mut published = String::new();
+    for kind in ["NamespaceInventory", "WorkloadRevision"] {
+        let api = crate::harness::moonin_api(&client, kind, rig.ns());
+        for o in api.list(&ListParams::default()).await.expect("list").items {
+            published.push_str(&serde_json::to_string(&o).expect("json"));
+        }
+    }
+    let cds: Api<ClusterDiscovery> = Api::all(client.clone());
+    published
+        .push_str(&serde_json::to_string(&cds.get("cluster").await.expect("cd")).expect("json"));
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    for e in events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+    {
+        published.push_str(&serde_json::to_string(&e).expect("json"));
+    }
+    let log = std::fs::read_to_string(&rig.manager.as_ref().expect("manager").log).expect("log");
+    assert!(!log.is_empty());
+    for (what, text) in [
+        ("published objects and Events", &published),
+        ("the manager's log", &log),
+    ] {
+        assert!(!text.contains(PASSWORD), "the password leaked into {what}");
+        assert!(
+            !text.contains(&base64::engine::general_purpose::STANDARD.encode(PASSWORD)),
+            "the base64 password leaked into {what}"
+        );
+    }
+    drop(discovery);
+}

@@ -110,6 +110,8 @@ impl Params {
         }
         let rates = match std::env::var("MOONIN_BENCH_RATES") {
             Err(_) => vec![20, 50],
+            // Only the dry-pool phase.
+            Ok(v) if v.trim() == "none" => Vec::new(),
             Ok(v) => v
                 .split(',')
                 .map(|r| match r.trim().parse::<u32>() {
@@ -649,13 +651,15 @@ impl Stage {
         &self.ns.name
     }
 
-    /// Creates the pool of `size` Pods.
-    async fn create_pool(&self, client: &Client, size: usize) -> Result<(), String> {
+    /// Creates the pool of `size` Pods. `grows`: Moonin's pool is in an autoscaling group
+    /// (minimum `size`, maximum four times that, no cooldown), so queued claims scale it
+    /// up; agent-sandbox creates a Sandbox for a claim its warm pool cannot serve anyway.
+    async fn create_pool(&self, client: &Client, size: usize, grows: bool) -> Result<(), String> {
         let ns = self.name();
         let pp = PostParams::default();
         match self.system {
             System::Moonin => {
-                let env: DynamicObject = serde_json::from_value(json!({
+                let mut env = json!({
                     "apiVersion": "moonin.io/v1alpha1",
                     "kind": "SandboxEnv",
                     "metadata": {"name": "bench"},
@@ -670,8 +674,18 @@ impl Stage {
                             }
                         }
                     }]}]}
-                }))
-                .expect("env");
+                });
+                if grows {
+                    env["spec"]["autoscaling"] = json!({"groups": [{
+                        "name": "g",
+                        "minReplicas": size,
+                        "maxReplicas": 4 * size,
+                        "scaleUpPolicy": {"cooldownSeconds": 0, "maxStep": 4 * size}
+                    }]});
+                    env["spec"]["clusters"][0]["members"][0]["config"] =
+                        json!({"scalingGroup": "g"});
+                }
+                let env: DynamicObject = serde_json::from_value(env).expect("env");
                 harness::moonin_api(client, "SandboxEnv", ns)
                     .create(&pp, &env)
                     .await
@@ -847,7 +861,7 @@ async fn rate_in(
     })
     .await?;
     let filling = Instant::now();
-    stage.create_pool(client, p.pool).await?;
+    stage.create_pool(client, p.pool, false).await?;
     stage.pool_full(client, &seen, p.pool).await?;
     progress(&format!(
         "{}: {} {}: pool of {} full in {:.1} s",
@@ -988,7 +1002,7 @@ async fn dry_in(client: &Client, stage: &Stage) -> Result<DryResult, String> {
             .then_some(())
     })
     .await?;
-    stage.create_pool(client, DRY_POOL).await?;
+    stage.create_pool(client, DRY_POOL, true).await?;
     stage.pool_full(client, &seen, DRY_POOL).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before: Vec<String> = seen.lock().expect("seen").pods.keys().cloned().collect();
@@ -1211,7 +1225,8 @@ fn print_report(p: &Params, results: &[(System, SystemResult)]) {
     }
     println!();
     println!(
-        "### Pool running dry: a pool of {DRY_POOL}, {DRY_CLAIMS} claims at once (none released)"
+        "### Pool running dry: a pool of {DRY_POOL}, {DRY_CLAIMS} claims at once (none released; Moonin's pool in an autoscaling group, min {DRY_POOL}, max {}, no cooldown)",
+        4 * DRY_POOL
     );
     println!();
     println!(

@@ -150,6 +150,16 @@ mod tests {
         present.sort();
         expected.sort();
         assert_eq!(present, expected, "crds/ holds exactly one file per kind");
+        // crds/Kustomization (what config/crd builds from) lists the same files.
+        let kustomization =
+            std::fs::read_to_string(dir.join("Kustomization")).expect("crds/Kustomization exists");
+        let mut listed: Vec<String> = kustomization
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("- "))
+            .map(str::to_string)
+            .collect();
+        listed.sort();
+        assert_eq!(listed, expected, "crds/Kustomization lists every CRD");
     }
 
     #[test]

@@ -574,13 +574,24 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
             format!("{starting} sandbox Pods starting"),
         ),
     ];
-    if let Some(msg) = &create_error {
-        desired[0] = Desired::new(
-            types::READY,
+    // kstatus (Flux) reads Stalled=True as Failed: the template needs a fix.
+    match &create_error {
+        Some(msg) => {
+            let msg = format!("the API server refused a sandbox Pod from spec.template: {msg}");
+            desired[0] = Desired::new(types::READY, false, reasons::POD_CREATE_FAILED, msg.clone());
+            desired.push(Desired::new(
+                types::STALLED,
+                true,
+                reasons::POD_CREATE_FAILED,
+                msg,
+            ));
+        }
+        None => desired.push(Desired::new(
+            types::STALLED,
             false,
-            reasons::POD_CREATE_FAILED,
-            format!("the API server refused a sandbox Pod from spec.template: {msg}"),
-        );
+            conditions::reasons::RECONCILED,
+            "",
+        )),
     }
     if let Some(a) = &auto {
         desired.extend(a.decision.conditions.iter().cloned());

@@ -257,3 +257,74 @@ async fn one_leader_and_failover_after_sigkill() {
         "the Lease is released on SIGTERM"
     );
 }
+
+#[tokio::test]
+async fn config_default_installs_with_kubectl_apply_k() {
+    let client = require_cluster!();
+    let out = std::process::Command::new("kubectl")
+        .args([
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager",
+            "moonin-e2e-install",
+            "-k",
+        ])
+        .arg(common::root().join("config/default"))
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl apply -k config/default: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), "moonin-system");
+    let d = deployments
+        .get("moonin")
+        .await
+        .expect("the manager Deployment");
+    let spec = d.spec.expect("spec");
+    assert_eq!(spec.replicas, Some(2));
+    let pod = spec.template.spec.expect("pod spec");
+    let c = &pod.containers[0];
+    let sc = c
+        .security_context
+        .as_ref()
+        .expect("container securityContext");
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(
+        sc.capabilities.as_ref().and_then(|c| c.drop.clone()),
+        Some(vec!["ALL".to_string()])
+    );
+    let psc = pod.security_context.expect("pod securityContext");
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!(
+        psc.seccomp_profile.map(|p| p.type_),
+        Some("RuntimeDefault".to_string())
+    );
+    assert!(c.liveness_probe.is_some() && c.readiness_probe.is_some());
+    assert!(
+        c.resources
+            .as_ref()
+            .is_some_and(|r| r.requests.is_some() && r.limits.is_some())
+    );
+    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(client.clone(), "moonin-system");
+    assert!(pdbs.get_opt("moonin").await.expect("get").is_some());
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), "moonin-system");
+    assert!(
+        services
+            .get_opt("moonin-metrics")
+            .await
+            .expect("get")
+            .is_some()
+    );
+    // The manager objects go again (their image is not on the local plane); the namespace,
+    // the RBAC and the CRDs stay, as `e2e/run` installs them too.
+    let _ = deployments.delete("moonin", &Default::default()).await;
+    let _ = pdbs.delete("moonin", &Default::default()).await;
+    let _ = services.delete("moonin-metrics", &Default::default()).await;
+}

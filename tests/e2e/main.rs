@@ -7,6 +7,7 @@
 mod common;
 mod discovery;
 mod foundation;
+mod gitops;
 mod harness;
 mod sandbox;
 mod scaling;

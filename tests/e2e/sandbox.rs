@@ -813,6 +813,8 @@ async fn a_template_the_api_server_refuses_is_reported_on_the_pool() {
         .await;
     let msg = c["message"].as_str().unwrap_or_default();
     assert!(msg.contains("Not_A_DNS_Label"), "{c}");
+    rig.condition_of::<SandboxPool>("bad", "Stalled", "True", "PodCreateFailed")
+        .await;
     let events = rig.events("bad", "PodCreateFailed").await;
     assert_eq!(
         events.len(),
@@ -831,6 +833,8 @@ async fn a_template_the_api_server_refuses_is_reported_on_the_pool() {
         .await
         .expect("fix");
     rig.condition_of::<SandboxPool>("bad", "Ready", "True", "PoolReady")
+        .await;
+    rig.condition_of::<SandboxPool>("bad", "Stalled", "False", "Reconciled")
         .await;
     assert_eq!(pods(&rig).await.len(), 2);
 }

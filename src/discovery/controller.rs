@@ -195,7 +195,8 @@ struct Shared {
     wake: tokio::sync::Notify,
     /// The inventory status last written per (namespace, part), to skip unchanged writes.
     written: Mutex<HashMap<(String, i32), NamespaceInventoryStatus>>,
-    /// Signals last reported per Deployment, for Events on transitions.
+    /// Signals last reported per object (`(namespace, "Kind/name")`), for Events on
+    /// transitions.
     reported: Mutex<HashMap<(String, String), Vec<String>>>,
     helm: Mutex<HelmState>,
     recorder: Recorder,
@@ -656,8 +657,35 @@ async fn namespace_inventory(
             &own_rs,
         );
         let autoscaler = targeting.first().map(|h| inventory::autoscaler_summary(h));
-        report_signals(shared, d, &found, previous_signals.get(&d.name)).await;
+        let regarding = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("apps/v1".into()),
+            kind: Some("Deployment".into()),
+            namespace: Some(d.namespace.clone()),
+            name: Some(d.name.clone()),
+            uid: Some(d.uid.clone()),
+            ..Default::default()
+        };
+        report_signals(shared, regarding, &found, previous_signals.get(&d.name)).await;
         entries.push(inventory::deployment_entry(d, autoscaler, found));
+    }
+    // Autoscalers whose target is missing: a Warning Event on the autoscaler.
+    let dep_refs: Vec<&DeploymentView> = deployments.iter().collect();
+    let hpa_refs: Vec<&HpaView> = hpas.iter().collect();
+    let orphans = signals::orphan_autoscaler_signals(&hpa_refs, &dep_refs);
+    for h in &hpas {
+        let found: Vec<String> = orphans
+            .iter()
+            .filter(|(name, _)| *name == h.name)
+            .map(|(_, signal)| signal.clone())
+            .collect();
+        let regarding = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("autoscaling/v2".into()),
+            kind: Some("HorizontalPodAutoscaler".into()),
+            namespace: Some(h.namespace.clone()),
+            name: Some(h.name.clone()),
+            ..Default::default()
+        };
+        report_signals(shared, regarding, &found, None).await;
     }
 
     let mut cron_entries = Vec::new();
@@ -694,14 +722,22 @@ async fn namespace_inventory(
     inventory::build(ns, entries, cron_entries, releases)
 }
 
-/// Warning Events on a Deployment for signals it did not have before.
+/// Warning Events on an object for signals it did not have before (`published`: what its
+/// inventory entry already showed, so a restart does not repeat them).
 async fn report_signals(
     shared: &Shared,
-    d: &DeploymentView,
+    regarding: k8s_openapi::api::core::v1::ObjectReference,
     now: &[String],
     published: Option<&Vec<String>>,
 ) {
-    let key = (d.namespace.clone(), d.name.clone());
+    let key = (
+        regarding.namespace.clone().unwrap_or_default(),
+        format!(
+            "{}/{}",
+            regarding.kind.clone().unwrap_or_default(),
+            regarding.name.clone().unwrap_or_default()
+        ),
+    );
     let before = {
         let mut g = shared.reported.lock().unwrap_or_else(|e| e.into_inner());
         let before = g
@@ -716,20 +752,7 @@ async fn report_signals(
         if !shared.ctx.leadership.is_leader() {
             return;
         }
-        let reason = signal
-            .split(':')
-            .next()
-            .unwrap_or("Signal")
-            .trim()
-            .to_string();
-        let regarding = k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some("apps/v1".into()),
-            kind: Some("Deployment".into()),
-            namespace: Some(d.namespace.clone()),
-            name: Some(d.name.clone()),
-            uid: Some(d.uid.clone()),
-            ..Default::default()
-        };
+        let reason = signals::reason_of(signal).to_string();
         let e = Event {
             type_: EventType::Warning,
             reason: reason.clone(),

@@ -110,8 +110,17 @@ pub fn change(
         parts.push(format!("replicas {} → {}", r.from, r.to));
     }
 
+    // An image change is attributed to whoever owns that image field now: it set it.
+    let image_author = images.iter().find_map(|c| {
+        c.to.as_ref()?;
+        after
+            .image_managers
+            .iter()
+            .find(|(container, _)| *container == c.container)
+            .map(|(_, m)| m.clone())
+    });
     let changed_by = if template_changed {
-        after.template_manager.clone()
+        image_author.or_else(|| after.template_manager.clone())
     } else {
         after.replicas_managers.first().cloned()
     };
@@ -435,6 +444,16 @@ mod tests {
             from: from.map(str::to_string),
             to: to.map(str::to_string),
         }
+    }
+
+    #[test]
+    fn an_image_change_is_attributed_to_the_owner_of_that_image() {
+        let before = shop();
+        let mut after = rolled(shop());
+        after.images = vec![("app".into(), "shop:1.3".into())];
+        after.image_managers = vec![("app".into(), "deploy-bot".into())];
+        let spec = change(Some(&before), &after, None, now()).expect("a record");
+        assert_eq!(spec.changed_by.as_deref(), Some("deploy-bot"));
     }
 
     #[test]

@@ -152,8 +152,12 @@ pub struct DeploymentView {
     /// Field managers that own `spec.replicas` (read before managedFields is dropped).
     pub replicas_managers: Vec<String>,
     /// The field manager of the latest update that touched `spec.template` (the
-    /// managedFields entry with the newest time among those owning a template field).
+    /// managedFields entry with the newest time among those owning a template field; on a
+    /// tie, times having one-second resolution, an `Apply` over an `Update`).
     pub template_manager: Option<String>,
+    /// `(container, manager)`: who owns each container's `image` field, i.e. who set the
+    /// image it has now.
+    pub image_managers: Vec<(String, String)>,
 }
 
 /// Projects a Deployment.
@@ -179,10 +183,27 @@ pub fn deployment(d: &Deployment) -> DeploymentView {
         managers("f:replicas").into_iter().map(|(m, _)| m).collect();
     replicas_managers.sort();
     replicas_managers.dedup();
-    let template_manager = managers("f:template")
-        .into_iter()
-        .max_by_key(|(_, t)| *t)
-        .map(|(m, _)| m);
+    let template_manager = d
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.fields_v1
+                .as_ref()
+                .and_then(|f| f.0.get("f:spec"))
+                .is_some_and(|s| s.get("f:template").is_some())
+        })
+        .filter_map(|m| {
+            Some((
+                m.time.as_ref().map(|t| t.0),
+                m.operation.as_deref() == Some("Apply"),
+                m.manager.clone()?,
+            ))
+        })
+        .max_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)))
+        .map(|(_, _, m)| m);
+    let image_managers = image_owners(d);
     let helm = d
         .labels()
         .get("app.kubernetes.io/managed-by")
@@ -223,7 +244,43 @@ pub fn deployment(d: &Deployment) -> DeploymentView {
             .flatten(),
         replicas_managers,
         template_manager,
+        image_managers,
     }
+}
+
+/// Who owns each container's `image` in the Pod template, from managedFields
+/// (`f:spec.f:template.f:spec.f:containers.k:{"name":"…"}.f:image`).
+fn image_owners(d: &Deployment) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for m in d.metadata.managed_fields.iter().flatten() {
+        let (Some(manager), Some(fields)) = (&m.manager, &m.fields_v1) else {
+            continue;
+        };
+        let pod = fields
+            .0
+            .get("f:spec")
+            .and_then(|s| s.get("f:template"))
+            .and_then(|t| t.get("f:spec"));
+        for list in ["f:initContainers", "f:containers"] {
+            let Some(containers) = pod.and_then(|p| p.get(list)).and_then(|c| c.as_object()) else {
+                continue;
+            };
+            for (key, owned) in containers {
+                if owned.get("f:image").is_none() {
+                    continue;
+                }
+                let name = key
+                    .strip_prefix("k:")
+                    .and_then(|k| serde_json::from_str::<serde_json::Value>(k).ok())
+                    .and_then(|v| v["name"].as_str().map(str::to_string));
+                if let Some(name) = name {
+                    out.push((name, manager.clone()));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// `(container, image)`, init containers first.
@@ -475,5 +532,72 @@ pub fn cron_job(c: &CronJob) -> CronJobView {
             .and_then(|s| s.last_successful_time.as_ref())
             .map(|t| t.0),
         created: c.creation_timestamp().map(|t| t.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Created by one manager and re-imaged by another within the same second (managedFields
+    /// times have one-second resolution), the Update entry listed last.
+    fn reimaged() -> Deployment {
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "web",
+                "namespace": "shop",
+                "managedFields": [
+                    {"manager": "deployer", "operation": "Apply", "apiVersion": "apps/v1",
+                     "time": "2026-11-30T10:00:00Z", "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:spec": {"f:selector": {}, "f:template": {"f:spec": {"f:containers": {
+                        "k:{\"name\":\"app\"}": {".": {}, "f:image": {}, "f:name": {}}}}}}}},
+                    {"manager": "unknown", "operation": "Update", "apiVersion": "apps/v1",
+                     "time": "2026-11-30T10:00:00Z", "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {"f:metadata": {"f:labels": {}},
+                        "f:spec": {"f:containers": {"k:{\"name\":\"sidecar\"}": {"f:image": {}}}}}}}}
+                ]
+            },
+            "spec": {
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"spec": {"containers": [
+                    {"name": "app", "image": "web:2"},
+                    {"name": "sidecar", "image": "proxy:1"}
+                ]}}
+            }
+        }))
+        .expect("deployment")
+    }
+
+    #[test]
+    fn a_tie_on_time_goes_to_the_apply() {
+        assert_eq!(
+            deployment(&reimaged()).template_manager.as_deref(),
+            Some("deployer")
+        );
+    }
+
+    #[test]
+    fn each_image_is_owned_by_whoever_set_it() {
+        assert_eq!(
+            deployment(&reimaged()).image_managers,
+            vec![
+                ("app".to_string(), "deployer".to_string()),
+                ("sidecar".to_string(), "unknown".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn config_references_are_names_only_sorted_and_unique() {
+        let spec: PodSpec = serde_json::from_value(json!({
+            "containers": [{"name": "a", "envFrom": [{"secretRef": {"name": "db"}}, {"configMapRef": {"name": "cfg"}}],
+                            "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}]}],
+            "volumes": [{"name": "v", "configMap": {"name": "cfg"}}]
+        }))
+        .expect("pod spec");
+        assert_eq!(config_refs(&spec), vec!["ConfigMap/cfg", "Secret/db"]);
     }
 }

@@ -366,6 +366,32 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     )
     .await;
 
+    // An autoscaler whose target does not exist is reported on the autoscaler.
+    let hpa: k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler =
+        serde_json::from_value(json!({
+            "metadata": {"name": "ghost"},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "ghost"},
+                "minReplicas": 1,
+                "maxReplicas": 3
+            }
+        }))
+        .expect("hpa");
+    rig.hpas()
+        .create(&PostParams::default(), &hpa)
+        .await
+        .expect("create hpa");
+    let e = wait_for(
+        "a TargetNotFound Warning on the HPA",
+        Duration::from_secs(20),
+        || async {
+            let e = rig.events("ghost", "TargetNotFound").await;
+            (!e.is_empty()).then_some(e)
+        },
+    )
+    .await;
+    assert!(e.iter().any(|n| n.contains("Deployment/ghost")), "{e:?}");
+
     // A restart does not duplicate revisions.
     let before = revisions(&rig, "web").await.len();
     rig.kill();

@@ -144,8 +144,8 @@ fn helm_secret_view(s: &PartialObjectMeta<Secret>) -> HelmSecretView {
 struct Dirty {
     namespaces: BTreeSet<String>,
     cluster: bool,
-    /// Deployments that changed: (before, after).
-    deployments: Vec<(Option<DeploymentView>, DeploymentView)>,
+    /// Deployments that changed (their revision baseline is kept in `Shared`).
+    deployments: Vec<DeploymentView>,
 }
 
 struct Stores {
@@ -204,6 +204,8 @@ struct Shared {
     /// measured from there, not from the previous event (an edit is recorded once its
     /// ReplicaSet revision shows).
     baselines: Mutex<HashMap<(String, String), DeploymentView>>,
+    /// The last heartbeat's outcome (`ApiReachable`); None until the first one.
+    reachable: Mutex<Option<Result<(), String>>>,
 }
 
 fn mark(shared: &Shared, f: impl FnOnce(&mut Dirty)) {
@@ -259,10 +261,10 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     }
     fn deployment_changed(s: &Shared, c: Change<'_, DeploymentView>) {
         match c {
-            Change::Object { key, before, after } => mark(s, |d| {
+            Change::Object { key, after, .. } => mark(s, |d| {
                 d.namespaces.insert(key.0.clone());
                 if let Some(a) = after {
-                    d.deployments.push((before.cloned(), a.clone()));
+                    d.deployments.push(a.clone());
                 }
             }),
             Change::Synced => mark(s, |d| d.cluster = true),
@@ -372,6 +374,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         reported: Mutex::new(HashMap::new()),
         helm: Mutex::new(HelmState::default()),
         baselines: Mutex::new(HashMap::new()),
+        reachable: Mutex::new(None),
         recorder: Recorder::new(
             client.clone(),
             Reporter {
@@ -547,16 +550,9 @@ async fn rebuild(
     // Revision records first: they do not depend on the inventory.
     let mut changes = dirty.deployments;
     if full {
-        changes.extend(
-            shared
-                .stores
-                .deployments
-                .all()
-                .into_iter()
-                .map(|d| (None, d)),
-        );
+        changes.extend(shared.stores.deployments.all());
     }
-    for (_, after) in changes {
+    for after in changes {
         if excluded.contains(after.namespace.as_str()) {
             continue;
         }
@@ -610,31 +606,27 @@ async fn namespace_inventory(
     let pods = s.pods.in_namespace(ns);
     let jobs = s.jobs.in_namespace(ns);
     let hpas = s.hpas.in_namespace(ns);
-    let previous: Vec<CronJobEntry> = s
-        .inventories
-        .state()
-        .iter()
-        .filter(|i| i.namespace().as_deref() == Some(ns))
-        .flat_map(|i| i.status.iter().flat_map(|st| st.cron_jobs.clone()))
-        .collect();
-    let previous_signals: HashMap<String, Vec<String>> = s
-        .inventories
-        .state()
-        .iter()
-        .filter(|i| i.namespace().as_deref() == Some(ns))
-        .flat_map(|i| {
-            i.status
-                .iter()
-                .flat_map(|st| {
-                    st.deployments
-                        .iter()
-                        .map(|d| (d.name.clone(), d.signals.clone()))
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    // What the published inventory (all its parts) holds: CronJob runs whose Jobs may be
+    // gone, and the signals already reported.
+    let mut previous: Vec<CronJobEntry> = Vec::new();
+    let mut previous_signals: HashMap<String, Vec<String>> = HashMap::new();
+    for part in s.inventories.state() {
+        if part.namespace().as_deref() != Some(ns) {
+            continue;
+        }
+        if let Some(st) = &part.status {
+            previous.extend(st.cron_jobs.iter().cloned());
+            previous_signals.extend(
+                st.deployments
+                    .iter()
+                    .map(|d| (d.name.clone(), d.signals.clone())),
+            );
+        }
+    }
     let scaled_objects: Vec<(String, String)> = Vec::new();
 
+    let pod_refs: Vec<&PodView> = pods.iter().collect();
+    let job_refs: Vec<&JobView> = jobs.iter().collect();
     let mut entries = Vec::new();
     for d in &deployments {
         let own_rs: Vec<String> = replica_sets
@@ -642,8 +634,6 @@ async fn namespace_inventory(
             .filter(|(_, r)| r.deployment.as_deref() == Some(d.name.as_str()))
             .map(|(n, _)| n.clone())
             .collect();
-        let pod_refs: Vec<&PodView> = pods.iter().collect();
-        let job_refs: Vec<&JobView> = jobs.iter().collect();
         let targeting: Vec<&HpaView> = hpas
             .iter()
             .filter(|h| h.target.0 == "Deployment" && h.target.1 == d.name)
@@ -924,13 +914,7 @@ async fn write_inventory(
             part.observed_generation,
             now,
         );
-        let same = {
-            let mut a = current.clone();
-            let mut b = part.clone();
-            let ca = std::mem::take(&mut a.conditions);
-            let cb = std::mem::take(&mut b.conditions);
-            a == b && conditions::equal_ignoring_time(&ca, &cb)
-        };
+        let same = same_status(&current, &part, |st| &mut st.conditions);
         let key = (ns.to_string(), i as i32);
         let written_same = shared
             .written
@@ -1113,7 +1097,17 @@ async fn write_cluster_status(
 ) -> Result<(), kube::Error> {
     let s = &shared.stores;
     let now = Timestamp::now();
-    check_api(shared, progress).await;
+    // The version once; reachability from the heartbeat (until its first beat, from this
+    // read).
+    if progress.version.is_none() {
+        check_api(shared, progress).await;
+    }
+    let reachable = shared
+        .reachable
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .or_else(|| progress.reachable.clone());
     let name = match &cd.spec.cluster_name {
         Some(n) => Sourced {
             value: n.clone(),
@@ -1166,7 +1160,7 @@ async fn write_cluster_status(
             ),
         }
     };
-    let api_condition = match &progress.reachable {
+    let api_condition = match &reachable {
         Some(Err(e)) => Desired::new(
             condition_types::API_REACHABLE,
             false,
@@ -1245,13 +1239,7 @@ async fn write_cluster_status(
         conditions: Vec::new(),
     };
     next.conditions = conditions::merge(&current.conditions, &desired, cd.metadata.generation, now);
-    let same = {
-        let mut a = current.clone();
-        let mut b = next.clone();
-        let ca = std::mem::take(&mut a.conditions);
-        let cb = std::mem::take(&mut b.conditions);
-        a == b && conditions::equal_ignoring_time(&ca, &cb)
-    };
+    let same = same_status(&current, &next, |st| &mut st.conditions);
     if same || !shared.ctx.leadership.is_leader() {
         return Ok(());
     }
@@ -1272,6 +1260,20 @@ async fn write_cluster_status(
     )
     .await?;
     Ok(())
+}
+
+/// Whether two statuses say the same thing, whatever their conditions' timestamps.
+fn same_status<S: Clone + PartialEq>(
+    a: &S,
+    b: &S,
+    conditions_of: fn(
+        &mut S,
+    ) -> &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+) -> bool {
+    let (mut a, mut b) = (a.clone(), b.clone());
+    let ca = std::mem::take(conditions_of(&mut a));
+    let cb = std::mem::take(conditions_of(&mut b));
+    a == b && conditions::equal_ignoring_time(&ca, &cb)
 }
 
 /// Asks the API server for its version.
@@ -1306,14 +1308,17 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
             },
         });
         shared.ctx.metrics.wrote(CONTROLLER, "Lease");
-        let ok = api
+        let outcome = api
             .patch(
                 HEARTBEAT_LEASE,
                 &PatchParams::apply(field_manager::DISCOVERY).force(),
                 &Patch::Apply(&body),
             )
             .await
-            .is_ok();
+            .map(|_| ())
+            .map_err(|e| format!("renewing the heartbeat Lease failed: {e}"));
+        let ok = outcome.is_ok();
+        *shared.reachable.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
         if reachable != Some(ok) {
             if reachable.is_some() {
                 mark(&shared, |d| d.cluster = true);

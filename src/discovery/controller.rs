@@ -35,7 +35,9 @@ use serde_json::json;
 
 use super::{
     cluster, helm, inventory, revision, signals,
-    view::{self, CronJobView, DeploymentView, HpaView, JobView, NodeView, PodView},
+    view::{
+        self, CronJobView, DeploymentView, HpaView, JobView, NodeView, PodView, ScaledObjectView,
+    },
     watch::{Change, OnChange, Projections, projections},
 };
 use crate::api::{
@@ -50,6 +52,7 @@ use crate::manager::{
     controllers::{Context, Registered},
     http::Readiness,
 };
+use crate::scaling::keda::{self, ScaledObject};
 
 /// The controller's name on the command line and in metrics.
 pub const CONTROLLER: &str = "discovery";
@@ -158,6 +161,8 @@ struct Stores {
     jobs: Projections<JobView>,
     cron_jobs: Projections<CronJobView>,
     hpas: Projections<HpaView>,
+    /// None when KEDA's CRD is not installed.
+    scaled_objects: Option<Projections<ScaledObjectView>>,
     revisions: Projections<RevView>,
     helm_secrets: Projections<HelmSecretView>,
     inventories: Store<NamespaceInventory>,
@@ -174,6 +179,7 @@ impl Stores {
             && self.jobs.synced()
             && self.cron_jobs.synced()
             && self.hpas.synced()
+            && self.scaled_objects.as_ref().is_none_or(|s| s.synced())
             && self.revisions.synced()
     }
 }
@@ -319,6 +325,22 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         view::hpa,
         via(&late, by_namespace::<HpaView>),
     );
+    let mut keda_drive = None;
+    let scaled_objects = if keda::installed(&client).await {
+        let (store, drive) = projections(
+            Api::<ScaledObject>::all(client.clone()),
+            watch_config(),
+            view::scaled_object,
+            via(&late, by_namespace::<ScaledObjectView>),
+        );
+        keda_drive = Some(drive);
+        Some(store)
+    } else {
+        tracing::info!(
+            "KEDA's ScaledObject CRD is not installed: ScaledObjects are not inventoried (restart Moonin after installing KEDA)"
+        );
+        None
+    };
     let (revisions, rev_drive) = projections(
         Api::<WorkloadRevision>::all(client.clone()),
         watch_config(),
@@ -363,6 +385,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
             jobs,
             cron_jobs,
             hpas,
+            scaled_objects,
             revisions,
             helm_secrets,
             inventories,
@@ -385,7 +408,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     });
     *late.lock().unwrap_or_else(|e| e.into_inner()) = Some(shared.clone());
 
-    let drives = futures::future::join_all(vec![
+    let drives = futures::future::join_all(keda_drive.into_iter().chain([
         nodes_drive,
         ns_drive,
         dep_drive,
@@ -398,7 +421,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         helm_writer,
         inv_drive,
         disc_drive,
-    ]);
+    ]));
     let ready = {
         let shared = shared.clone();
         async move {
@@ -623,7 +646,16 @@ async fn namespace_inventory(
             );
         }
     }
-    let scaled_objects: Vec<(String, String)> = Vec::new();
+    let scaled_objects: Vec<ScaledObjectView> = s
+        .scaled_objects
+        .as_ref()
+        .map(|so| so.in_namespace(ns))
+        .unwrap_or_default();
+    let so_targets: Vec<(String, String)> = scaled_objects
+        .iter()
+        .filter(|so| so.target.0 == "Deployment")
+        .map(|so| (so.name.clone(), so.target.1.clone()))
+        .collect();
 
     let pod_refs: Vec<&PodView> = pods.iter().collect();
     let job_refs: Vec<&JobView> = jobs.iter().collect();
@@ -638,15 +670,14 @@ async fn namespace_inventory(
             .iter()
             .filter(|h| h.target.0 == "Deployment" && h.target.1 == d.name)
             .collect();
-        let found = signals::deployment_signals(
-            d,
-            &pod_refs,
-            &job_refs,
-            &targeting,
-            &scaled_objects,
-            &own_rs,
-        );
-        let autoscaler = targeting.first().map(|h| inventory::autoscaler_summary(h));
+        let found =
+            signals::deployment_signals(d, &pod_refs, &job_refs, &targeting, &so_targets, &own_rs);
+        // The ScaledObject is what people edit; its KEDA HPA only carries its bounds.
+        let autoscaler = scaled_objects
+            .iter()
+            .find(|so| so.target.0 == "Deployment" && so.target.1 == d.name)
+            .map(inventory::scaled_object_summary)
+            .or_else(|| targeting.first().map(|h| inventory::autoscaler_summary(h)));
         let regarding = k8s_openapi::api::core::v1::ObjectReference {
             api_version: Some("apps/v1".into()),
             kind: Some("Deployment".into()),
@@ -662,6 +693,23 @@ async fn namespace_inventory(
     let dep_refs: Vec<&DeploymentView> = deployments.iter().collect();
     let hpa_refs: Vec<&HpaView> = hpas.iter().collect();
     let orphans = signals::orphan_autoscaler_signals(&hpa_refs, &dep_refs);
+    let so_refs: Vec<&ScaledObjectView> = scaled_objects.iter().collect();
+    let so_orphans = signals::orphan_autoscaler_signals(&so_refs, &dep_refs);
+    for so in &scaled_objects {
+        let found: Vec<String> = so_orphans
+            .iter()
+            .filter(|(name, _)| *name == so.name)
+            .map(|(_, signal)| signal.clone())
+            .collect();
+        let regarding = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("keda.sh/v1alpha1".into()),
+            kind: Some("ScaledObject".into()),
+            namespace: Some(so.namespace.clone()),
+            name: Some(so.name.clone()),
+            ..Default::default()
+        };
+        report_signals(shared, regarding, &found, None).await;
+    }
     for h in &hpas {
         let found: Vec<String> = orphans
             .iter()

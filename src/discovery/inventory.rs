@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Serialize;
 
 use super::signals;
-use super::view::{DeploymentView, HpaView, JobView};
+use super::view::{DeploymentView, HpaView, JobView, ScaledObjectView};
 use crate::api::discovery::{
     CronJobEntry, CronJobRun, DeploymentEntry, HelmRelease, InventorySummary,
     NamespaceInventoryStatus,
@@ -134,6 +134,17 @@ pub fn autoscaler_summary(hpa: &HpaView) -> String {
         Some(so) => format!("ScaledObject/{so} {min}-{}", hpa.max),
         None => format!("HPA/{} {min}-{}", hpa.name, hpa.max),
     }
+}
+
+/// One line for a ScaledObject: `ScaledObject/<name> <min>-<max>`, with KEDA's defaults
+/// (0 and 100) for unset bounds.
+pub fn scaled_object_summary(so: &ScaledObjectView) -> String {
+    format!(
+        "ScaledObject/{} {}-{}",
+        so.name,
+        so.min.unwrap_or(0),
+        so.max.unwrap_or(100)
+    )
 }
 
 /// The runs of a CronJob: the runs recorded earlier, updated from the Jobs that still exist
@@ -395,6 +406,14 @@ mod tests {
             ..hpa.clone()
         };
         assert_eq!(autoscaler_summary(&keda), "ScaledObject/web 1-20");
+        let so = ScaledObjectView {
+            namespace: "shop".into(),
+            name: "queue".into(),
+            target: ("Deployment".into(), "worker".into()),
+            min: None,
+            max: Some(30),
+        };
+        assert_eq!(scaled_object_summary(&so), "ScaledObject/queue 0-30");
     }
 
     fn entry(name: &str, images: &[&str], signals: &[&str]) -> DeploymentEntry {

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 
-use super::view::{CronJobView, DeploymentView, HpaView, JobView, PodView};
+use super::view::{Autoscaler, CronJobView, DeploymentView, HpaView, JobView, PodView};
 use crate::api::discovery::CronJobRun;
 use crate::api::field_manager;
 use crate::scaling::{cron::Schedule, window};
@@ -282,26 +282,27 @@ fn missed_schedule(c: &CronJobView, now: Timestamp) -> bool {
     })
 }
 
-/// Autoscalers whose target does not exist: `(HPA name, "TargetNotFound: Deployment/<name>")`
-/// for each HPA that targets a Deployment absent from `deployments` (matched by namespace
-/// and name), sorted by HPA name. HPAs targeting other kinds are not judged here. A KEDA
-/// HPA is reported under its own name; its ScaledObject points at the same missing target.
-pub fn orphan_autoscaler_signals(
-    hpas: &[&HpaView],
+/// Autoscalers whose target does not exist: `(name, "TargetNotFound: Deployment/<name>")`
+/// for each HPA or ScaledObject that targets a Deployment absent from `deployments`
+/// (matched by namespace and name), sorted by name. Autoscalers of other kinds of target are
+/// not judged here. A KEDA HPA is reported under its own name; its ScaledObject points at
+/// the same missing target and is reported under its own.
+pub fn orphan_autoscaler_signals<A: Autoscaler>(
+    autoscalers: &[&A],
     deployments: &[&DeploymentView],
 ) -> Vec<(String, String)> {
     let existing: BTreeSet<(&str, &str)> = deployments
         .iter()
         .map(|d| (d.namespace.as_str(), d.name.as_str()))
         .collect();
-    let mut out: Vec<(String, String)> = hpas
+    let mut out: Vec<(String, String)> = autoscalers
         .iter()
-        .filter(|h| h.target.0 == "Deployment")
-        .filter(|h| !existing.contains(&(h.namespace.as_str(), h.target.1.as_str())))
-        .map(|h| {
+        .filter(|a| a.target().0 == "Deployment")
+        .filter(|a| !existing.contains(&(a.namespace(), a.target().1.as_str())))
+        .map(|a| {
             (
-                h.name.clone(),
-                format!("{}: Deployment/{}", reasons::TARGET_NOT_FOUND, h.target.1),
+                a.name().to_string(),
+                format!("{}: Deployment/{}", reasons::TARGET_NOT_FOUND, a.target().1),
             )
         })
         .collect();
@@ -849,5 +850,29 @@ mod tests {
             ]
         );
         assert!(orphan_autoscaler_signals(&[&ok], &[&d]).is_empty());
+    }
+
+    #[test]
+    fn orphan_scaled_objects_name_the_missing_target() {
+        let d = web();
+        let so = |name: &str, kind: &str, target: &str| crate::discovery::view::ScaledObjectView {
+            namespace: "shop".into(),
+            name: name.into(),
+            target: (kind.into(), target.into()),
+            min: None,
+            max: None,
+        };
+        let (ok, gone, sts) = (
+            so("web", "Deployment", "web"),
+            so("queue", "Deployment", "worker"),
+            so("db", "StatefulSet", "db"),
+        );
+        assert_eq!(
+            orphan_autoscaler_signals(&[&ok, &gone, &sts], &[&d]),
+            vec![(
+                "queue".to_string(),
+                "TargetNotFound: Deployment/worker".to_string()
+            )]
+        );
     }
 }

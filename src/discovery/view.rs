@@ -13,6 +13,8 @@ use k8s_openapi::api::{
 };
 use kube::ResourceExt;
 
+use crate::scaling::keda::ScaledObject;
+
 /// Labels that place a Node: region, zone, instance type (current and legacy keys).
 pub mod node_labels {
     /// Region.
@@ -427,6 +429,70 @@ pub fn hpa(h: &HorizontalPodAutoscaler) -> HpaView {
             .iter()
             .find(|o| o.kind == "ScaledObject")
             .map(|o| o.name.clone()),
+    }
+}
+
+/// A KEDA ScaledObject, reduced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScaledObjectView {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `scaleTargetRef` kind (KEDA's default, `Deployment`, when unset) and name.
+    pub target: (String, String),
+    /// `minReplicaCount` (KEDA's default is 0).
+    pub min: Option<i32>,
+    /// `maxReplicaCount` (KEDA's default is 100).
+    pub max: Option<i32>,
+}
+
+/// Projects a ScaledObject.
+pub fn scaled_object(so: &ScaledObject) -> ScaledObjectView {
+    let target = &so.spec.scale_target_ref;
+    ScaledObjectView {
+        namespace: so.namespace().unwrap_or_default(),
+        name: so.name_any(),
+        target: (
+            target.kind.clone().unwrap_or_else(|| "Deployment".into()),
+            target.name.clone(),
+        ),
+        min: so.spec.min_replica_count,
+        max: so.spec.max_replica_count,
+    }
+}
+
+/// An autoscaler of either kind, as the signals see it.
+pub trait Autoscaler {
+    /// Namespace.
+    fn namespace(&self) -> &str;
+    /// Name.
+    fn name(&self) -> &str;
+    /// `scaleTargetRef` kind and name.
+    fn target(&self) -> &(String, String);
+}
+
+impl Autoscaler for HpaView {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn target(&self) -> &(String, String) {
+        &self.target
+    }
+}
+
+impl Autoscaler for ScaledObjectView {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn target(&self) -> &(String, String) {
+        &self.target
     }
 }
 

@@ -32,6 +32,13 @@ pub struct WriteLabels {
     pub kind: String,
 }
 
+/// Labels of the request counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch` or `delete` (see [`verb_of`]).
+    pub verb: String,
+}
+
 /// Labels of the build-info gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
@@ -53,6 +60,9 @@ pub struct Metrics {
     pub leader: Gauge,
     /// `moonin_api_writes_total{controller,kind}`: every create, patch and delete sent.
     pub api_writes: Family<WriteLabels, Counter>,
+    /// `moonin_api_requests_total{verb}`: every request the manager's client sent, reads
+    /// included (a relist shows up as `list`).
+    pub api_requests: Family<RequestLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -100,6 +110,12 @@ impl Metrics {
             "Writes (create, patch, delete) sent to the API server, per controller and kind",
             api_writes.clone(),
         );
+        let api_requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "api_requests",
+            "Requests sent to the API server by the manager's client, per Kubernetes verb",
+            api_requests.clone(),
+        );
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -118,7 +134,17 @@ impl Metrics {
             reconcile_duration,
             leader,
             api_writes,
+            api_requests,
         }
+    }
+
+    /// Counts one request sent to the API server.
+    pub fn requested(&self, method: &http::Method, path: &str, query: Option<&str>) {
+        self.api_requests
+            .get_or_create(&RequestLabels {
+                verb: verb_of(method, path, query).to_string(),
+            })
+            .inc();
     }
 
     /// Counts one write by `controller` to `kind`.
@@ -140,9 +166,139 @@ impl Metrics {
     }
 }
 
+/// The Kubernetes verb of a request, from its method and path: a `GET` with `watch=true`
+/// (or `watch=1`) is a `watch`, a `GET` of a collection a `list`, any other `GET` a `get`.
+/// A collection path ends at a resource name (`/api/v1/pods`,
+/// `/apis/apps/v1/namespaces/shop/deployments`); an object path has one more segment, and a
+/// subresource path two.
+pub fn verb_of(method: &http::Method, path: &str, query: Option<&str>) -> &'static str {
+    match *method {
+        http::Method::GET => {
+            let watch =
+                query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+            if watch {
+                "watch"
+            } else if is_collection(path) {
+                "list"
+            } else {
+                "get"
+            }
+        }
+        http::Method::POST => "create",
+        http::Method::PUT => "update",
+        http::Method::PATCH => "patch",
+        http::Method::DELETE => "delete",
+        _ => "other",
+    }
+}
+
+/// Whether `path` names a collection of a resource (see [`verb_of`]).
+fn is_collection(path: &str) -> bool {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    // `/api/v1/...` or `/apis/<group>/<version>/...`; anything else (`/version`, `/openapi`)
+    // is not a resource.
+    let rest = match segments.as_slice() {
+        ["api", _version, rest @ ..] => rest,
+        ["apis", _group, _version, rest @ ..] => rest,
+        _ => return false,
+    };
+    let resource = match rest {
+        // A namespaced path; `namespaces/<name>` alone is the Namespace object itself.
+        ["namespaces", _ns, resource @ ..] if !resource.is_empty() => resource,
+        other => other,
+    };
+    resource.len() == 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verbs_from_method_and_path() {
+        use http::Method;
+        let cases = [
+            (Method::GET, "/api/v1/pods", None, "list"),
+            (Method::GET, "/api/v1/pods", Some("limit=500"), "list"),
+            (
+                Method::GET,
+                "/api/v1/pods",
+                Some("watch=true&resourceVersion=5"),
+                "watch",
+            ),
+            (Method::GET, "/api/v1/namespaces", None, "list"),
+            (Method::GET, "/api/v1/namespaces/shop", None, "get"),
+            (Method::GET, "/api/v1/namespaces/shop/pods", None, "list"),
+            (
+                Method::GET,
+                "/api/v1/namespaces/shop/pods/web-1",
+                None,
+                "get",
+            ),
+            (
+                Method::GET,
+                "/api/v1/namespaces/shop/pods/web-1/log",
+                None,
+                "get",
+            ),
+            (
+                Method::GET,
+                "/apis/apps/v1/deployments",
+                Some("watch=1"),
+                "watch",
+            ),
+            (
+                Method::GET,
+                "/apis/apps/v1/namespaces/shop/deployments",
+                None,
+                "list",
+            ),
+            (
+                Method::GET,
+                "/apis/apps/v1/namespaces/shop/deployments/web",
+                None,
+                "get",
+            ),
+            (
+                Method::GET,
+                "/apis/moonin.io/v1alpha1/clusterdiscoveries/default",
+                None,
+                "get",
+            ),
+            (Method::GET, "/version", None, "get"),
+            (
+                Method::POST,
+                "/api/v1/namespaces/shop/events",
+                None,
+                "create",
+            ),
+            (
+                Method::PUT,
+                "/apis/coordination.k8s.io/v1/namespaces/x/leases/l",
+                None,
+                "update",
+            ),
+            (
+                Method::PATCH,
+                "/apis/apps/v1/namespaces/shop/deployments/web",
+                None,
+                "patch",
+            ),
+            (
+                Method::DELETE,
+                "/api/v1/namespaces/shop/pods/web-1",
+                None,
+                "delete",
+            ),
+        ];
+        for (method, path, query, want) in cases {
+            assert_eq!(
+                verb_of(&method, path, query),
+                want,
+                "{method} {path} {query:?}"
+            );
+        }
+    }
 
     #[test]
     fn renders_every_family_with_the_moonin_prefix() {
@@ -158,10 +314,12 @@ mod tests {
             })
             .observe(0.02);
         m.leader.set(1);
+        m.requested(&http::Method::GET, "/api/v1/pods", Some("watch=true"));
         let text = m.render();
         for needle in [
             "moonin_reconciliations_total{controller=\"scaling\"} 1",
             "moonin_leader 1",
+            "moonin_api_requests_total{verb=\"watch\"} 1",
             "moonin_build_info{version=\"",
             "# TYPE moonin_reconcile_duration_seconds histogram",
             "# EOF",

@@ -92,9 +92,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     .with_context(|| format!("binding --http-addr {}", args.http_addr))?;
     tracing::info!(%addr, "serving /healthz /readyz /metrics");
 
-    let client = kube::Client::try_default()
+    let config = kube::Config::infer()
         .await
         .context("no Kubernetes configuration: set KUBECONFIG or run in a cluster")?;
+    let counted = metrics.clone();
+    let client = kube::client::ClientBuilder::try_from(config)
+        .context("the Kubernetes configuration cannot build a client")?
+        .with_layer(&tower::util::MapRequestLayer::new(
+            move |req: ::http::Request<kube::client::Body>| {
+                counted.requested(req.method(), req.uri().path(), req.uri().query());
+                req
+            },
+        ))
+        .build();
     let version = client
         .apiserver_version()
         .await

@@ -7,7 +7,7 @@ use futures::{StreamExt, future::BoxFuture};
 use jiff::Timestamp;
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, ResourceExt,
     core::object::HasStatus,
     runtime::{
         Controller,
@@ -64,18 +64,6 @@ fn trim_hpa(h: &mut HorizontalPodAutoscaler) {
 
 fn trim_scaled_object(s: &mut ScaledObject) {
     cache::strip_last_applied(&mut s.metadata);
-}
-
-async fn keda_installed(client: &Client) -> bool {
-    let api: Api<ScaledObject> = Api::all(client.clone());
-    match api.list(&kube::api::ListParams::default().limit(1)).await {
-        Ok(_) => true,
-        Err(kube::Error::Api(s)) if s.code == 404 => false,
-        Err(e) => {
-            tracing::warn!(error = %e, "could not tell whether KEDA is installed; ignoring ScaledObjects");
-            false
-        }
-    }
 }
 
 /// Templates interested in a change to an object scaling (or being) `key` and carrying
@@ -240,7 +228,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         triggers!(load::hpa_target),
     );
     let mut drives = vec![dep_drive, hpa_drive];
-    let scaled_objects = if keda_installed(&client).await {
+    let scaled_objects = if super::keda::installed(&client).await {
         let (s, drive) = cache::cache::<ScaledObject>(
             Api::all(client.clone()),
             watch_config(),

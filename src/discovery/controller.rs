@@ -38,7 +38,7 @@ use super::{
     view::{
         self, CronJobView, DeploymentView, HpaView, JobView, NodeView, PodView, ScaledObjectView,
     },
-    watch::{Change, OnChange, Projections, projections},
+    watch::{Change, OnChange, Projections, projections, projections_with},
 };
 use crate::api::{
     conditions::{self, Desired, types},
@@ -49,6 +49,7 @@ use crate::api::{
     field_manager,
 };
 use crate::manager::{
+    access,
     controllers::{Context, Registered},
     http::Readiness,
 };
@@ -356,7 +357,10 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         )
         .default_backoff(),
     )
-    .for_each(|_| futures::future::ready(()))
+    .for_each(|e| {
+        report_watch("NamespaceInventory", &e);
+        futures::future::ready(())
+    })
     .boxed();
     let disc_drive = reflector::reflector(
         disc_writer,
@@ -364,7 +368,8 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     )
     .for_each({
         let late = late.clone();
-        move |_| {
+        move |e| {
+            report_watch("ClusterDiscovery", &e);
             if let Some(s) = late.lock().unwrap_or_else(|e| e.into_inner()).clone() {
                 mark(&s, |d| d.cluster = true);
             }
@@ -446,18 +451,59 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn report_watch<T>(kind: &str, event: &Result<T, watcher::Error>) {
+    match event {
+        Ok(_) => access::watch_ok(kind),
+        Err(e) => access::watch_failed(kind, e),
+    }
+}
+
 /// The metadata-only watch of Helm release Secrets (`owner=helm`): their data never
-/// arrives here.
+/// arrives here. Reading Secrets is opt-in (`config/rbac-helm`): a refused watch is
+/// reported as `HelmAccess=False`, not as the manager's missing permission.
 fn projections_meta(
     client: Client,
     late: &Arc<Mutex<Option<Arc<Shared>>>>,
 ) -> (Projections<HelmSecretView>, BoxFuture<'static, ()>) {
+    const DENIED: &str = "listing Helm release Secrets is forbidden";
+    let events = {
+        let late = late.clone();
+        watcher(
+            Api::<PartialObjectMeta<Secret>>::all(client),
+            watcher::Config::default()
+                .labels("owner=helm")
+                .page_size(500),
+        )
+        .default_backoff()
+        .inspect(move |event| {
+            let Some(s) = late.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+                return;
+            };
+            let changed = {
+                let mut helm = s.helm.lock().unwrap_or_else(|e| e.into_inner());
+                let before = helm.denied.clone();
+                match event {
+                    Err(e) if access::forbidden(e).is_some() => {
+                        helm.denied = Some(DENIED.to_string());
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Helm release Secrets: watch error; retrying")
+                    }
+                    Ok(_) if helm.denied.as_deref() == Some(DENIED) => helm.denied = None,
+                    Ok(_) => {}
+                }
+                before != helm.denied
+            };
+            if changed {
+                // HelmAccess is part of the cluster status.
+                mark(&s, |d| d.cluster = true);
+            }
+        })
+        .boxed()
+    };
     let late = late.clone();
-    projections(
-        Api::<PartialObjectMeta<Secret>>::all(client),
-        watcher::Config::default()
-            .labels("owner=helm")
-            .page_size(500),
+    projections_with(
+        events,
         helm_secret_view,
         Box::new(move |c| {
             if let Some(s) = late.lock().unwrap_or_else(|e| e.into_inner()).clone()
@@ -576,10 +622,18 @@ async fn rebuild(
         changes.extend(shared.stores.deployments.all());
     }
     for after in changes {
-        if excluded.contains(after.namespace.as_str()) {
+        if excluded.contains(after.namespace.as_str()) || !live.contains(&after.namespace) {
             continue;
         }
-        record_revision(shared, &after, helm_enabled).await?;
+        match record_revision(shared, &after, helm_enabled).await {
+            Ok(()) => {}
+            // The namespace store lags its deletion: a namespace being deleted refuses new
+            // objects, and its Deployments go with it. That stops nothing else.
+            Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("being terminated") => {
+                tracing::debug!(namespace = %after.namespace, "namespace being deleted; no revision");
+            }
+            Err(e) => return Err(e),
+        }
     }
 
     for ns in &dirty.namespaces {
@@ -1198,7 +1252,7 @@ async fn write_cluster_status(
                 condition_types::HELM_ACCESS,
                 false,
                 "Forbidden",
-                format!("{why}; grant the opt-in Helm role (config/rbac)"),
+                format!("{why}; grant the opt-in Helm role (config/rbac-helm)"),
             ),
             None => Desired::new(
                 condition_types::HELM_ACCESS,

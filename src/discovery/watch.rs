@@ -7,6 +7,7 @@ use std::{
     sync::{Arc, RwLock},
 };
 
+use crate::manager::access;
 use futures::{FutureExt, StreamExt, future::BoxFuture, stream::BoxStream};
 use kube::{
     Api, Resource, ResourceExt,
@@ -125,14 +126,23 @@ where
         + 'static,
     V: Clone + PartialEq + Send + Sync + 'static,
 {
+    let kind = K::kind(&()).to_string();
     projections_with(
-        watcher(api, config).default_backoff().boxed(),
+        watcher(api, config)
+            .default_backoff()
+            .inspect(move |event| match event {
+                Ok(_) => access::watch_ok(&kind),
+                Err(e) => access::watch_failed(&kind, e),
+            })
+            .boxed(),
         project,
         on_change,
     )
 }
 
-/// A projection store fed by any watch stream (for example a metadata-only watch).
+/// A projection store fed by any watch stream (for example a metadata-only watch). Unlike
+/// [`projections`], a refused watch is not reported as a missing permission here: the
+/// caller decides (an opt-in watch is not the manager's failure).
 pub fn projections_with<K, V>(
     events: BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>,
     project: fn(&K) -> V,

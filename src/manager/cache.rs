@@ -47,17 +47,40 @@ where
                     | watcher::Event::Delete(o)
                     | watcher::Event::InitApply(o),
                 ) => {
+                    super::access::watch_ok(&kind);
                     for t in &triggers {
                         t(&o);
                     }
                 }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(%kind, error = %e, "watch error; retrying"),
+                Ok(_) => super::access::watch_ok(&kind),
+                Err(e) => super::access::watch_failed(&kind, &e),
             }
             futures::future::ready(())
         })
         .boxed();
     (store, drive)
+}
+
+/// Reports one result of a kube-runtime `Controller` of `kind`: a refused watch is a
+/// missing permission ([`super::access`]); a failed reconcile was reported by the error
+/// policy already; anything else is logged.
+pub fn controller_result<T, R>(
+    kind: &'static str,
+) -> impl FnMut(
+    Result<T, kube::runtime::controller::Error<R, watcher::Error>>,
+) -> futures::future::Ready<()>
+where
+    R: std::error::Error + 'static,
+{
+    use kube::runtime::controller::Error;
+    move |result| {
+        match result {
+            Err(Error::QueueError(e)) => super::access::watch_failed(kind, &e),
+            Ok(_) | Err(Error::ReconcilerFailed(..)) => super::access::watch_ok(kind),
+            Err(e) => tracing::warn!(%kind, error = %e, "controller"),
+        }
+        futures::future::ready(())
+    }
 }
 
 /// A channel of reconcile requests for `Controller::reconcile_on`, and the sending half

@@ -67,10 +67,18 @@ pub async fn serve(
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    let missing = super::access::missing();
+    if !missing.is_empty() {
+        let body = format!("missing permission:\n{}\n", missing.join("\n"));
+        return (StatusCode::SERVICE_UNAVAILABLE, body);
+    }
     if state.readiness.is_ready() {
-        (StatusCode::OK, "ok")
+        (StatusCode::OK, "ok".to_string())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "caches not synced".to_string(),
+        )
     }
 }
 

@@ -1,6 +1,7 @@
 //! The manager: one process that runs the selected controllers behind leader election,
 //! with health, readiness and metrics endpoints and a graceful shutdown.
 
+pub mod access;
 pub mod cache;
 pub mod controllers;
 pub mod http;
@@ -144,7 +145,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     for c in &selected {
         let name = c.name;
-        let fut = (c.run)(ctx.clone(), readiness.clone());
+        let fut = access::CONTROLLER.scope(name, (c.run)(ctx.clone(), readiness.clone()));
         tasks.spawn(async move { (name, fut.await) });
     }
     drop(ctx);

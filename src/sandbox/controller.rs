@@ -1661,12 +1661,6 @@ fn trim_pod(p: &mut Pod) {
     }
 }
 
-async fn log_result<T: std::fmt::Debug, E: std::fmt::Display>(r: Result<T, E>) {
-    if let Err(e) = r {
-        tracing::warn!(error = %e, "sandbox controller");
-    }
-}
-
 /// Runs the sandbox controllers until shutdown.
 pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     let client = ctx.client.clone();
@@ -1777,14 +1771,14 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         .reconcile_all_on(ctx.leadership.acquisitions())
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
         .run(reconcile_pool, error_policy, shared.clone())
-        .for_each(log_result);
+        .for_each(cache::controller_result("SandboxPool"));
 
     let claim_ctl = claim_ctl
         .reconcile_on(claim_rx)
         .reconcile_all_on(ctx.leadership.acquisitions())
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
         .run(reconcile_claim, error_policy, shared.clone())
-        .for_each(log_result);
+        .for_each(cache::controller_result("SandboxClaim"));
 
     let env_shared = Arc::new(EnvShared {
         shared: shared.clone(),
@@ -1801,7 +1795,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     .reconcile_all_on(ctx.leadership.acquisitions())
     .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
     .run(reconcile_env, env_error_policy, env_shared)
-    .for_each(log_result);
+    .for_each(cache::controller_result("SandboxEnv"));
 
     let ready = {
         let (pods, claims, pools) = (pods.clone(), claims.clone(), pools.clone());

@@ -298,7 +298,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
             error_policy::<ScalingTemplate>,
             shared_state.clone(),
         )
-        .for_each(|_| async {});
+        .for_each(cache::controller_result("ScalingTemplate"));
     let cl_ctl = cl_ctl
         .reconcile_on(cl_rx)
         .reconcile_all_on(leader.acquisitions())
@@ -308,7 +308,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
             error_policy::<ClusterScalingTemplate>,
             shared_state.clone(),
         )
-        .for_each(|_| async {});
+        .for_each(cache::controller_result("ClusterScalingTemplate"));
 
     let shutdown = ctx.shutdown.clone();
     let sweeper = {

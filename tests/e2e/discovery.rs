@@ -173,6 +173,12 @@ async fn inventory_revisions_cron_runs_and_hazards() {
         },
     )
     .await;
+    // Without the opt-in Helm role the refused Secret watch is HelmAccess's business, not a
+    // missing permission of the manager: it stays Ready.
+    assert_eq!(
+        rig.manager.as_ref().and_then(|m| m.get("/readyz")),
+        Some((200, "ok".to_string()))
+    );
     assert_eq!(s["cluster"]["name"]["value"], "e2e", "{s}");
     assert_eq!(s["cluster"]["name"]["source"], "spec.clusterName", "{s}");
     assert!(

@@ -126,11 +126,21 @@ impl TestNamespace {
     /// Like [`TestNamespace::grant_manager_rbac`], for another directory of RBAC files
     /// (for example the opt-in `config/rbac-helm`).
     pub fn grant_rbac(&mut self, dir: &str) -> String {
+        self.grant_rbac_except(dir, &[])
+    }
+
+    /// Like [`TestNamespace::grant_rbac`], leaving out the files named in `skip` (for
+    /// example `discovery_role.yaml`: a controller's role removed).
+    pub fn grant_rbac_except(&mut self, dir: &str, skip: &[&str]) -> String {
         let dir = crate::common::root().join(dir);
         let mut docs = String::new();
         for entry in std::fs::read_dir(&dir).expect("config/rbac") {
             let path = entry.expect("entry").path();
-            if path.file_name().is_some_and(|n| n == "kustomization.yaml") {
+            if path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n == "kustomization.yaml" || skip.contains(&n))
+            {
                 continue;
             }
             let text = std::fs::read_to_string(&path).expect("rbac file");

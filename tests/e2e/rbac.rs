@@ -1,0 +1,114 @@
+//! RBAC proven, not assumed: each controller, run with `config/rbac` minus its own role,
+//! fails clearly (a log line and `/readyz`, hence the Pod's `Ready` condition, naming the
+//! missing permission), and the manager without discovery needs none of discovery's
+//! permissions.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::harness::{self, Manager, TestNamespace, wait_for};
+use crate::require_cluster;
+
+/// The lines of a JSON log whose message starts with `missing permission`.
+fn missing_permission_lines(log: &str) -> Vec<Value> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("missing permission"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn each_controller_names_the_permission_its_missing_role_held() {
+    let client = require_cluster!();
+    let _serial = harness::serial().await;
+    harness::install_crds(&client).await;
+    // The controller, its role file, and a resource that role alone grants.
+    for (controller, role, resource) in [
+        ("discovery", "discovery_role.yaml", "nodes"),
+        ("scaling", "scaling_role.yaml", "scalingtemplates"),
+        ("sandbox", "sandbox_role.yaml", "sandboxpools"),
+    ] {
+        let mut ns = TestNamespace::new(&client, &format!("rbac-{controller}")).await;
+        let user = ns.grant_rbac_except("config/rbac", &[role]);
+        let kubeconfig = harness::impersonating_kubeconfig(&user);
+        let manager = Manager::start(
+            &kubeconfig,
+            &format!("rbac-{}", ns.name),
+            &["--namespace", &ns.name, "--controllers", controller],
+        )
+        .await;
+        let body = wait_for(
+            &format!("{controller}: /readyz naming the missing permission"),
+            Duration::from_secs(30),
+            || async {
+                let (code, body) = manager.get("/readyz")?;
+                (code == 503 && body.contains("missing permission")).then_some(body)
+            },
+        )
+        .await;
+        assert!(
+            body.lines()
+                .any(|l| l.starts_with(&format!("{controller}: "))
+                    && l.contains(&format!("cannot list resource \"{resource}\""))),
+            "{controller}: /readyz should name `list {resource}`:\n{body}"
+        );
+        let lines = missing_permission_lines(&manager.log_text());
+        let line = lines
+            .iter()
+            .find(|v| {
+                v["fields"]["controller"] == controller
+                    && v["fields"]["permission"]
+                        .as_str()
+                        .is_some_and(|p| p.contains(&format!("cannot list resource \"{resource}\"")))
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "{controller}: no log line names `list {resource}`; missing-permission lines: {lines:#?}"
+                )
+            });
+        assert_eq!(line["level"], "ERROR", "{line}");
+        // Nothing else is blamed: every missing permission is one of this controller's.
+        assert!(
+            lines
+                .iter()
+                .all(|v| v["fields"]["controller"] == controller),
+            "{lines:#?}"
+        );
+        drop(manager);
+    }
+}
+
+#[tokio::test]
+async fn without_discovery_nothing_needs_its_permissions() {
+    let client = require_cluster!();
+    let _serial = harness::serial().await;
+    harness::install_crds(&client).await;
+    let mut ns = TestNamespace::new(&client, "rbac-nodisc").await;
+    let user = ns.grant_rbac_except("config/rbac", &["discovery_role.yaml"]);
+    let kubeconfig = harness::impersonating_kubeconfig(&user);
+    let manager = Manager::start(
+        &kubeconfig,
+        &format!("rbac-{}", ns.name),
+        &["--namespace", &ns.name, "--controllers", "scaling,sandbox"],
+    )
+    .await;
+    wait_for(
+        "the manager without discovery to be ready",
+        Duration::from_secs(30),
+        || async { (manager.get("/readyz")? == (200, "ok".to_string())).then_some(()) },
+    )
+    .await;
+    // Ready, and stays so: no watch was refused meanwhile.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(manager.get("/readyz"), Some((200, "ok".to_string())));
+    let log = manager.log_text();
+    assert!(
+        missing_permission_lines(&log).is_empty() && !log.contains("forbidden"),
+        "{log}"
+    );
+}

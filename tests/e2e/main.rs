@@ -9,5 +9,6 @@ mod discovery;
 mod foundation;
 mod gitops;
 mod harness;
+mod rbac;
 mod sandbox;
 mod scaling;

@@ -24,7 +24,9 @@ pub struct Leadership {
 impl Leadership {
     /// True while this process holds the Lease. Every write to the cluster checks this first.
     pub fn is_leader(&self) -> bool {
-        *self.rx.borrow()
+        // A closed channel means the lease task ended and nobody renews the Lease any more:
+        // its last value (maybe `true`) is stale, and another process may hold it soon.
+        self.rx.has_changed().is_ok() && *self.rx.borrow()
     }
 
     /// A stream that yields each time this process becomes the leader (and once at the
@@ -46,14 +48,16 @@ impl Leadership {
 }
 
 /// Starts competing for the Lease in `namespace` as `identity`. The returned task releases
-/// the Lease when `shutdown` is cancelled, so a successor takes over at once.
+/// the Lease when `shutdown` is cancelled, so a successor takes over at once. Should the
+/// election itself stop, the task cancels `shutdown` and returns `false`: the process exits
+/// with an error and is restarted, instead of idling as a replica that can never lead.
 pub async fn elect(
     client: Client,
     namespace: &str,
     identity: &str,
     metrics: Metrics,
     shutdown: CancellationToken,
-) -> Result<(Leadership, tokio::task::JoinHandle<()>), kube_lease_manager::LeaseManagerError> {
+) -> Result<(Leadership, tokio::task::JoinHandle<bool>), kube_lease_manager::LeaseManagerError> {
     let manager = LeaseManagerBuilder::new(client, LEASE_NAME)
         .with_namespace(namespace)
         .with_identity(identity)
@@ -66,6 +70,7 @@ pub async fn elect(
     let leadership = Leadership { rx: rx.clone() };
     let identity = identity.to_string();
     let task = tokio::spawn(async move {
+        let mut intact = true;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -73,6 +78,8 @@ pub async fn elect(
                     if changed.is_err() {
                         tracing::error!("leader election stopped unexpectedly");
                         metrics.leader.set(0);
+                        intact = false;
+                        shutdown.cancel();
                         break;
                     }
                     let held = *rx.borrow_and_update();
@@ -93,6 +100,21 @@ pub async fn elect(
             Ok(Err(e)) => tracing::warn!(error = %e, "could not release the Lease"),
             Err(e) => tracing::warn!(error = %e, "lease task failed"),
         }
+        intact
     });
     Ok((leadership, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_leader_once_the_lease_task_is_gone() {
+        let (tx, rx) = watch::channel(true);
+        let leadership = Leadership { rx };
+        assert!(leadership.is_leader());
+        drop(tx);
+        assert!(!leadership.is_leader());
+    }
 }

@@ -159,6 +159,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 tracing::info!("shutting down");
                 break;
             }
+            // Cancelled from inside: the leader election stopped.
+            _ = shutdown.cancelled() => break,
             Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                 let (name, result) = done.context("a controller task panicked")?;
                 if let Err(e) = result {
@@ -172,7 +174,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     shutdown.cancel();
     while tasks.join_next().await.is_some() {}
     drop(leadership);
-    let _ = election.await;
+    if let Ok(false) = election.await {
+        failure.get_or_insert_with(|| anyhow::anyhow!("leader election stopped unexpectedly"));
+    }
     let _ = http_task.await;
     match failure {
         Some(e) => Err(e),

@@ -1427,16 +1427,14 @@ pub fn decide(snap: &Snapshot, now: Timestamp) -> Plan {
             {
                 events.push(EventNote::warning(reasons::BLOCKED, msg.clone()));
             }
-            match worst {
-                _ if unreadable.is_some() => desired.push(Desired::new(
-                    types::READY,
-                    false,
-                    reasons::BLOCKED,
-                    unreadable.clone().unwrap_or_default(),
-                )),
-                Some((reason, o)) => desired.push(Desired::new(
-                    types::READY,
-                    false,
+            // A target that is missing, contested or blocked needs someone to act: Ready=False
+            // and Stalled=True with the same reason (kstatus reads Stalled as Failed, as Argo
+            // CD's check reads Ready=False as Degraded); the template still retries.
+            let stuck = match worst {
+                _ if unreadable.is_some() => {
+                    Some((reasons::BLOCKED, unreadable.clone().unwrap_or_default()))
+                }
+                Some((reason, o)) => Some((
                     reason,
                     format!(
                         "action {}: {}",
@@ -1444,6 +1442,13 @@ pub fn decide(snap: &Snapshot, now: Timestamp) -> Plan {
                         o.status.message.clone().unwrap_or_default()
                     ),
                 )),
+                None => None,
+            };
+            match stuck {
+                Some((reason, msg)) => {
+                    desired.push(Desired::new(types::READY, false, reason, msg.clone()));
+                    desired.push(Desired::new(types::STALLED, true, reason, msg));
+                }
                 None => {
                     let msg = match (active, evaluated.as_ref()) {
                         (Some(w), _) => format!(
@@ -1467,9 +1472,9 @@ pub fn decide(snap: &Snapshot, now: Timestamp) -> Plan {
                         (None, None) => "idle".to_string(),
                     };
                     desired.push(Desired::new(types::READY, true, common::RECONCILED, msg));
+                    desired.push(Desired::new(types::STALLED, false, common::RECONCILED, ""));
                 }
             }
-            desired.push(Desired::new(types::STALLED, false, common::RECONCILED, ""));
         }
     }
     let waiting = outcomes

@@ -699,6 +699,7 @@ fn hpa_held_by_another_live_template_conflicts() {
         "ScalingTemplate shop/peak",
     );
     assert_cond(&plan.status, "Ready", false, "Conflict", "shop/peak");
+    assert_cond(&plan.status, "Stalled", true, "Conflict", "shop/peak");
     assert_one_warning(&plan, "Conflict", "shop/peak");
 
     // Second reconcile, same conclusion: no second Event.
@@ -934,6 +935,7 @@ fn two_real_autoscalers_are_blocked() {
     assert_eq!(writes(&plan.ops), vec![]);
     assert_eq!(states(&plan.status), vec![("checkout", "Blocked")]);
     assert_cond(&plan.status, "Ready", false, "Blocked", "2 autoscalers");
+    assert_cond(&plan.status, "Stalled", true, "Blocked", "2 autoscalers");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1615,6 +1617,13 @@ fn missing_deployment_fails_the_action() {
             &plan.status,
             "Ready",
             false,
+            "TargetNotFound",
+            "shop/checkout",
+        );
+        assert_cond(
+            &plan.status,
+            "Stalled",
+            true,
             "TargetNotFound",
             "shop/checkout",
         );

@@ -459,48 +459,83 @@ fn report_watch<T>(kind: &str, event: &Result<T, watcher::Error>) {
 }
 
 /// The metadata-only watch of Helm release Secrets (`owner=helm`): their data never
-/// arrives here. Reading Secrets is opt-in (`config/rbac-helm`): a refused watch is
-/// reported as `HelmAccess=False`, not as the manager's missing permission.
+/// arrives here. It runs only while the ClusterDiscovery in charge has `spec.helm.enabled`
+/// (Secrets are not even listed otherwise). Reading Secrets is opt-in (`config/rbac-helm`):
+/// a refused watch is reported as `HelmAccess=False`, not as the manager's missing
+/// permission, and is retried after [`HELM_DENIED_RETRY`] rather than at the watcher's pace.
 fn projections_meta(
     client: Client,
     late: &Arc<Mutex<Option<Arc<Shared>>>>,
 ) -> (Projections<HelmSecretView>, BoxFuture<'static, ()>) {
-    const DENIED: &str = "listing Helm release Secrets is forbidden";
-    let events = {
+    type Events = futures::stream::BoxStream<
+        'static,
+        Result<watcher::Event<PartialObjectMeta<Secret>>, watcher::Error>,
+    >;
+    let shared = {
         let late = late.clone();
-        watcher(
-            Api::<PartialObjectMeta<Secret>>::all(client),
-            watcher::Config::default()
-                .labels("owner=helm")
-                .page_size(500),
-        )
-        .default_backoff()
-        .inspect(move |event| {
-            let Some(s) = late.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
-                return;
-            };
-            let changed = {
-                let mut helm = s.helm.lock().unwrap_or_else(|e| e.into_inner());
-                let before = helm.denied.clone();
-                match event {
-                    Err(e) if access::forbidden(e).is_some() => {
-                        helm.denied = Some(DENIED.to_string());
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "Helm release Secrets: watch error; retrying")
-                    }
-                    Ok(_) if helm.denied.as_deref() == Some(DENIED) => helm.denied = None,
-                    Ok(_) => {}
-                }
-                before != helm.denied
-            };
-            if changed {
-                // HelmAccess is part of the cluster status.
-                mark(&s, |d| d.cluster = true);
-            }
-        })
-        .boxed()
+        move || late.lock().unwrap_or_else(|e| e.into_inner()).clone()
     };
+    let enabled = {
+        let shared = shared.clone();
+        move || {
+            shared()
+                .and_then(|s| active(&s.stores))
+                .is_some_and(|cd| cd.spec.helm.enabled)
+        }
+    };
+    // One round per period of Helm being enabled: a fresh watch (its first list replaces the
+    // store), ended when Helm is disabled or the list is refused.
+    // The state is the previous round's "refused" flag: `flat_map` drains a round before it
+    // asks for the next, so the flag is final by then.
+    let start = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rounds = futures::stream::unfold(start, move |refused_before| {
+        let (client, shared, enabled) = (client.clone(), shared.clone(), enabled.clone());
+        async move {
+            if refused_before.load(std::sync::atomic::Ordering::Acquire) {
+                tokio::time::sleep(HELM_DENIED_RETRY).await;
+            }
+            while !enabled() {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            let refused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let round: Events = {
+                let refused = refused.clone();
+                let still_enabled = enabled.clone();
+                watcher(
+                    Api::<PartialObjectMeta<Secret>>::all(client),
+                    watcher::Config::default()
+                        .labels("owner=helm")
+                        .page_size(500),
+                )
+                .default_backoff()
+                .inspect(move |event| {
+                    let denied = match event {
+                        Err(e) if access::forbidden(e).is_some() => Some(true),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "Helm release Secrets: watch error; retrying");
+                            None
+                        }
+                        // `Init` comes before the list: only data says the list was allowed.
+                        Ok(watcher::Event::Init) => None,
+                        Ok(_) => Some(false),
+                    };
+                    if let (Some(denied), Some(s)) = (denied, shared()) {
+                        set_helm_denied(&s, denied);
+                    }
+                })
+                .take_while(move |event| {
+                    let stop = matches!(event, Err(e) if access::forbidden(e).is_some());
+                    if stop {
+                        refused.store(true, std::sync::atomic::Ordering::Release);
+                    }
+                    futures::future::ready(!stop && still_enabled())
+                })
+                .boxed()
+            };
+            Some((round, refused))
+        }
+    });
+    let events: Events = rounds.flat_map(|round| round).boxed();
     let late = late.clone();
     projections_with(
         events,
@@ -515,6 +550,28 @@ fn projections_meta(
             }
         }),
     )
+}
+
+/// How long a refused Helm Secret watch waits before it asks again.
+const HELM_DENIED_RETRY: Duration = Duration::from_secs(60);
+
+/// Records whether listing Helm release Secrets is refused; a change rewrites the cluster
+/// status (`HelmAccess`).
+fn set_helm_denied(shared: &Shared, denied: bool) {
+    const DENIED: &str = "listing Helm release Secrets is forbidden";
+    let changed = {
+        let mut helm = shared.helm.lock().unwrap_or_else(|e| e.into_inner());
+        let before = helm.denied.clone();
+        if denied {
+            helm.denied = Some(DENIED.to_string());
+        } else if helm.denied.as_deref() == Some(DENIED) {
+            helm.denied = None;
+        }
+        before != helm.denied
+    };
+    if changed {
+        mark(shared, |d| d.cluster = true);
+    }
 }
 
 /// The ClusterDiscovery in charge: the oldest one not being deleted.

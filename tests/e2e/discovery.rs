@@ -179,6 +179,22 @@ async fn inventory_revisions_cron_runs_and_hazards() {
         rig.manager.as_ref().and_then(|m| m.get("/readyz")),
         Some((200, "ok".to_string()))
     );
+    // Settled, discovery lists nothing more: no relist on a timer, and no Secret list while
+    // Helm is off (without the opt-in role it would be refused and retried).
+    let lists = || {
+        let (_, body) = rig
+            .manager
+            .as_ref()
+            .and_then(|m| m.get("/metrics"))
+            .expect("metrics");
+        body.lines()
+            .find_map(|l| l.strip_prefix("moonin_api_requests_total{verb=\"list\"} "))
+            .and_then(|n| n.trim().parse::<f64>().ok())
+            .expect("a list counter")
+    };
+    let before = lists();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(lists(), before, "no list requests once settled");
     assert_eq!(s["cluster"]["name"]["value"], "e2e", "{s}");
     assert_eq!(s["cluster"]["name"]["source"], "spec.clusterName", "{s}");
     assert!(

@@ -12,3 +12,4 @@ mod harness;
 mod rbac;
 mod sandbox;
 mod scaling;
+mod tilt;

@@ -424,6 +424,10 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
         }
         let now = Timestamp::now();
         match op {
+            // One refused create (quota, a terminating namespace, a template the API server
+            // rejects) stands for the rest of this round: the retry backs off instead of
+            // sending every remaining create to the same refusal.
+            PodOp::Create(_) if create_error.is_some() => {}
             PodOp::Create(pod_name) => {
                 ctx.in_flight
                     .lock()

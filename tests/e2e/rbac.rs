@@ -42,35 +42,37 @@ async fn each_controller_names_the_permission_its_missing_role_held() {
             &["--namespace", &ns.name, "--controllers", controller],
         )
         .await;
+        // The watches are refused one after another: wait for this one.
+        let names = |l: &str| l.contains(&format!("cannot list resource \"{resource}\""));
         let body = wait_for(
-            &format!("{controller}: /readyz naming the missing permission"),
+            &format!("{controller}: /readyz naming `list {resource}`"),
             Duration::from_secs(30),
             || async {
                 let (code, body) = manager.get("/readyz")?;
-                (code == 503 && body.contains("missing permission")).then_some(body)
+                (code == 503
+                    && body.starts_with("missing permission:")
+                    && body
+                        .lines()
+                        .any(|l| l.starts_with(&format!("{controller}: ")) && names(l)))
+                .then_some(body)
             },
         )
         .await;
-        assert!(
-            body.lines()
-                .any(|l| l.starts_with(&format!("{controller}: "))
-                    && l.contains(&format!("cannot list resource \"{resource}\""))),
-            "{controller}: /readyz should name `list {resource}`:\n{body}"
-        );
+        assert_eq!(manager.get("/readyz").map(|(c, _)| c), Some(503), "{body}");
+        let line = wait_for(
+            &format!("{controller}: a log line naming `list {resource}`"),
+            Duration::from_secs(10),
+            || async {
+                missing_permission_lines(&manager.log_text())
+                    .into_iter()
+                    .find(|v| {
+                        v["fields"]["controller"] == controller
+                            && v["fields"]["permission"].as_str().is_some_and(names)
+                    })
+            },
+        )
+        .await;
         let lines = missing_permission_lines(&manager.log_text());
-        let line = lines
-            .iter()
-            .find(|v| {
-                v["fields"]["controller"] == controller
-                    && v["fields"]["permission"]
-                        .as_str()
-                        .is_some_and(|p| p.contains(&format!("cannot list resource \"{resource}\"")))
-            })
-            .unwrap_or_else(|| {
-                panic!(
-                    "{controller}: no log line names `list {resource}`; missing-permission lines: {lines:#?}"
-                )
-            });
         assert_eq!(line["level"], "ERROR", "{line}");
         // Nothing else is blamed: every missing permission is one of this controller's.
         assert!(

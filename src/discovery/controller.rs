@@ -806,32 +806,32 @@ async fn namespace_inventory(
     let orphans = signals::orphan_autoscaler_signals(&hpa_refs, &dep_refs);
     let so_refs: Vec<&ScaledObjectView> = scaled_objects.iter().collect();
     let so_orphans = signals::orphan_autoscaler_signals(&so_refs, &dep_refs);
-    for so in &scaled_objects {
-        let found: Vec<String> = so_orphans
-            .iter()
-            .filter(|(name, _)| *name == so.name)
-            .map(|(_, signal)| signal.clone())
-            .collect();
-        let regarding = k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some("keda.sh/v1alpha1".into()),
-            kind: Some("ScaledObject".into()),
-            namespace: Some(so.namespace.clone()),
-            name: Some(so.name.clone()),
-            ..Default::default()
-        };
-        report_signals(shared, regarding, &found, None).await;
-    }
-    for h in &hpas {
+    let autoscalers = hpas
+        .iter()
+        .map(|h| {
+            (
+                "autoscaling/v2",
+                "HorizontalPodAutoscaler",
+                &h.name,
+                &orphans,
+            )
+        })
+        .chain(
+            scaled_objects
+                .iter()
+                .map(|so| ("keda.sh/v1alpha1", "ScaledObject", &so.name, &so_orphans)),
+        );
+    for (api_version, kind, name, orphans) in autoscalers {
         let found: Vec<String> = orphans
             .iter()
-            .filter(|(name, _)| *name == h.name)
+            .filter(|(n, _)| n == name)
             .map(|(_, signal)| signal.clone())
             .collect();
         let regarding = k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some("autoscaling/v2".into()),
-            kind: Some("HorizontalPodAutoscaler".into()),
-            namespace: Some(h.namespace.clone()),
-            name: Some(h.name.clone()),
+            api_version: Some(api_version.into()),
+            kind: Some(kind.into()),
+            namespace: Some(ns.to_string()),
+            name: Some(name.clone()),
             ..Default::default()
         };
         report_signals(shared, regarding, &found, None).await;

@@ -68,7 +68,7 @@ pub struct ClusterDiscoverySpec {
     /// Helm release discovery (reads Helm release Secrets; needs the opt-in RBAC role).
     #[serde(default)]
     pub helm: HelmDiscovery,
-    /// Namespaces that are never inventoried.
+    /// Namespaces that are never inventoried; an excluded namespace's inventory is deleted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256))]
     pub exclude_namespaces: Vec<String>,

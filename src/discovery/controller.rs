@@ -589,8 +589,9 @@ fn active(stores: &Stores) -> Option<Arc<ClusterDiscovery>> {
 /// Loop state of the rebuilds.
 #[derive(Default)]
 struct Progress {
-    /// The ClusterDiscovery the last rebuild served.
-    discovery_uid: Option<String>,
+    /// The ClusterDiscovery the last rebuild served, and its spec's generation: a new one,
+    /// or a spec change (namespaces excluded or included, Helm switched), rebuilds everything.
+    discovery: Option<(Option<String>, Option<i64>)>,
     /// Namespaces whose inventory was written at least once since this process led.
     written: BTreeSet<String>,
     /// Namespaces split into parts.
@@ -622,15 +623,16 @@ async fn rebuild_loop(shared: Arc<Shared>) {
         }
         let Some(cd) = active(&shared.stores) else {
             *shared.dirty.lock().unwrap_or_else(|e| e.into_inner()) = Dirty::default();
-            progress.discovery_uid = None;
+            progress.discovery = None;
             continue;
         };
         let mut dirty =
             std::mem::take(&mut *shared.dirty.lock().unwrap_or_else(|e| e.into_inner()));
-        let full = !leading || progress.discovery_uid != cd.uid();
+        let served = Some((cd.uid(), cd.metadata.generation));
+        let full = !leading || progress.discovery != served;
         if full {
             leading = true;
-            progress.discovery_uid = cd.uid();
+            progress.discovery = served;
             progress.written.clear();
             dirty.namespaces = shared
                 .stores
@@ -698,6 +700,13 @@ async fn rebuild(
             progress.signals.remove(ns);
             progress.images.remove(ns);
             progress.split.remove(ns);
+            progress.written.remove(ns);
+            // An excluded namespace keeps no inventory; a deleted one loses it with itself.
+            if live.contains(ns)
+                && let Err(e) = delete_parts(shared, ns, 0).await
+            {
+                tracing::warn!(namespace = %ns, error = %e, "deleting the inventory of an excluded namespace failed");
+            }
             continue;
         }
         let status = namespace_inventory(shared, ns, helm_enabled).await;
@@ -1100,7 +1109,13 @@ async fn write_inventory(
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, part);
     }
-    // Parts beyond the new count.
+    delete_parts(shared, ns, n).await?;
+    Ok(n)
+}
+
+/// Deletes a namespace's inventory parts from the `n`th on (all of them for 0).
+async fn delete_parts(shared: &Shared, ns: &str, n: usize) -> Result<(), kube::Error> {
+    let api: Api<NamespaceInventory> = Api::namespaced(shared.client.clone(), ns);
     for old in shared.stores.inventories.state() {
         if old.namespace().as_deref() != Some(ns) || old.spec.part < n as i32 {
             continue;
@@ -1117,7 +1132,7 @@ async fn write_inventory(
             .unwrap_or_else(|e| e.into_inner())
             .remove(&(ns.to_string(), old.spec.part));
     }
-    Ok(n)
+    Ok(())
 }
 
 /// Records a Deployment change as a WorkloadRevision (owned by the Deployment) and prunes

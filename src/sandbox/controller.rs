@@ -860,7 +860,7 @@ fn pool_pod(p: &Pod, v: &PodView) -> PoolPod {
             .then(|| parse_time(annotations.get(keys::STATE_SINCE)))
             .flatten(),
         mark: annotations
-            .get(autoscaler::annotations::SCALE_DOWN)
+            .get(keys::SCALE_DOWN)
             .map(|a| ScaleDownMark::from_annotation(a)),
     }
 }
@@ -1139,11 +1139,9 @@ async fn commit_pods_and_size(
     let of_session: Vec<&str> = pods
         .iter()
         .filter(|p| {
-            p.annotations()
-                .get(autoscaler::annotations::SCALE_DOWN)
-                .is_some_and(|a| {
-                    Some(ScaleDownMark::from_annotation(a).decision.as_str()) == session
-                })
+            p.annotations().get(keys::SCALE_DOWN).is_some_and(|a| {
+                Some(ScaleDownMark::from_annotation(a).decision.as_str()) == session
+            })
         })
         .map(|p| p.metadata.name.as_deref().unwrap_or_default())
         .chain(decision.marks.iter().map(|m| m.pod.name.as_str()))

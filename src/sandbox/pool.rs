@@ -19,7 +19,9 @@ pub mod keys {
     pub const STATE_SINCE: &str = "moonin.io/state-since";
     /// Annotation: the claim holding the Pod, `<name>/<uid>`.
     pub const CLAIM: &str = "moonin.io/claim";
-    /// Annotation: the Pod is marked for removal by a scale-down (decision id and expiry).
+    /// Annotation on a Pod chosen for scale-down: `{"decision": "<id>", "expiresAt": "<RFC
+    /// 3339>"}` (see [`ScaleDownMark`](crate::sandbox::autoscaler::ScaleDownMark)). Binding
+    /// refuses a marked Pod.
     pub const SCALE_DOWN: &str = "moonin.io/scale-down";
     /// Value of [`STATE`] for a free Pod.
     pub const IDLE: &str = "idle";

@@ -416,6 +416,39 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     .await;
     assert!(e.iter().any(|n| n.contains("Deployment/ghost")), "{e:?}");
 
+    // Excluding the namespace removes its inventory; including it again brings it back.
+    let discoveries: Api<ClusterDiscovery> = Api::all(client.clone());
+    let exclude = |list: Vec<&str>| {
+        let discoveries = discoveries.clone();
+        let body = json!({"spec": {"excludeNamespaces": list}});
+        async move {
+            discoveries
+                .patch("cluster", &PatchParams::default(), &Patch::Merge(&body))
+                .await
+                .expect("patch excludeNamespaces");
+        }
+    };
+    let inventories: Api<NamespaceInventory> = Api::namespaced(client.clone(), rig.ns());
+    exclude(vec![rig.ns()]).await;
+    wait_for(
+        "the excluded namespace's inventory to go",
+        Duration::from_secs(30),
+        || async {
+            inventories
+                .get_opt("inventory")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    exclude(vec![]).await;
+    inventory_where(&rig, "the inventory back once included", |v| {
+        entry(v, "deployments", "web").is_some()
+    })
+    .await;
+
     // A restart does not duplicate revisions.
     let before = revisions(&rig, "web").await.len();
     rig.kill();

@@ -51,13 +51,6 @@ pub const SATURATION_BACKOFF_MIN: SignedDuration = SignedDuration::from_secs(10)
 /// The slow safety resync: a Pool is decided again at least this often.
 pub const RESYNC: SignedDuration = SignedDuration::from_mins(5);
 
-/// Annotation keys.
-pub mod annotations {
-    /// On a Pod chosen for scale-down: `{"decision": "<id>", "expiresAt": "<RFC 3339>"}`
-    /// (see [`ScaleDownMark`](super::ScaleDownMark)). Binding refuses a marked Pod.
-    pub const SCALE_DOWN: &str = "moonin.io/scale-down";
-}
-
 /// Condition types the autoscaler owns on a `SandboxPool` (it is their only writer).
 pub mod condition_types {
     /// True while the namespace accepted only part of (or none of) the last scale-up.

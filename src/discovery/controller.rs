@@ -60,6 +60,8 @@ pub const CONTROLLER: &str = "discovery";
 
 /// How long changes are gathered before a rebuild.
 const DEBOUNCE: Duration = Duration::from_millis(500);
+/// Deployments whose revisions are recorded at once (each one's changes in order).
+const REVISION_WRITERS: usize = 16;
 /// How often the leader renews the heartbeat Lease.
 const HEARTBEAT: Duration = Duration::from_secs(10);
 /// The heartbeat Lease, in the manager's namespace.
@@ -149,14 +151,15 @@ struct Dirty {
     namespaces: BTreeSet<String>,
     cluster: bool,
     /// Deployments that changed (their revision baseline is kept in `Shared`).
-    deployments: Vec<DeploymentView>,
+    deployments: Vec<Arc<DeploymentView>>,
 }
 
 struct Stores {
     nodes: Projections<NodeView>,
     /// Namespace name → whether it is being deleted.
     namespaces: Projections<(String, bool)>,
-    deployments: Projections<DeploymentView>,
+    /// Shared with `Shared::baselines`: an unchanged Deployment is held once.
+    deployments: Projections<Arc<DeploymentView>>,
     replica_sets: Projections<RsView>,
     pods: Projections<PodView>,
     jobs: Projections<JobView>,
@@ -200,8 +203,10 @@ struct Shared {
     stores: Stores,
     dirty: Mutex<Dirty>,
     wake: tokio::sync::Notify,
-    /// The inventory status last written per (namespace, part), to skip unchanged writes.
-    written: Mutex<HashMap<(String, i32), NamespaceInventoryStatus>>,
+    /// A digest of the inventory status last written per (namespace, part), to skip
+    /// unchanged writes while the store has not caught up (a copy would double the memory
+    /// the inventories take).
+    written: Mutex<HashMap<(String, i32), u64>>,
     /// Signals last reported per object (`(namespace, "Kind/name")`), for Events on
     /// transitions.
     reported: Mutex<HashMap<(String, String), Vec<String>>>,
@@ -210,7 +215,7 @@ struct Shared {
     /// Per Deployment, the view its last revision record was derived from: a change is
     /// measured from there, not from the previous event (an edit is recorded once its
     /// ReplicaSet revision shows).
-    baselines: Mutex<HashMap<(String, String), DeploymentView>>,
+    baselines: Mutex<HashMap<(String, String), Arc<DeploymentView>>>,
     /// The last heartbeat's outcome (`ApiReachable`); None until the first one.
     reachable: Mutex<Option<Result<(), String>>>,
 }
@@ -266,14 +271,22 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
             Change::Synced => mark(s, |d| d.cluster = true),
         }
     }
-    fn deployment_changed(s: &Shared, c: Change<'_, DeploymentView>) {
+    fn deployment_changed(s: &Shared, c: Change<'_, Arc<DeploymentView>>) {
         match c {
-            Change::Object { key, after, .. } => mark(s, |d| {
-                d.namespaces.insert(key.0.clone());
-                if let Some(a) = after {
-                    d.deployments.push(a.clone());
+            Change::Object { key, after, .. } => {
+                if after.is_none() {
+                    s.baselines
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(key);
                 }
-            }),
+                mark(s, |d| {
+                    d.namespaces.insert(key.0.clone());
+                    if let Some(a) = after {
+                        d.deployments.push(a.clone());
+                    }
+                })
+            }
             Change::Synced => mark(s, |d| d.cluster = true),
         }
     }
@@ -293,7 +306,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     let (deployments, dep_drive) = projections(
         Api::<Deployment>::all(client.clone()),
         watch_config(),
-        view::deployment,
+        |d: &Deployment| Arc::new(view::deployment(d)),
         via(&late, deployment_changed),
     );
     let (replica_sets, rs_drive) = projections(
@@ -628,6 +641,7 @@ async fn rebuild_loop(shared: Arc<Shared>) {
         };
         let mut dirty =
             std::mem::take(&mut *shared.dirty.lock().unwrap_or_else(|e| e.into_inner()));
+        let retry = (dirty.namespaces.clone(), dirty.deployments.clone());
         let served = Some((cd.uid(), cd.metadata.generation));
         let full = !leading || progress.discovery != served;
         if full {
@@ -646,7 +660,19 @@ async fn rebuild_loop(shared: Arc<Shared>) {
         if let Err(e) = rebuild(&shared, &cd, dirty, full, &mut progress).await {
             tracing::warn!(error = %e, "discovery rebuild failed; retrying");
             tokio::time::sleep(Duration::from_secs(1)).await;
-            mark(&shared, |d| d.cluster = true);
+            // Nothing is dropped: the work goes back (what was written meanwhile is not
+            // written again), and a failed full rebuild is done in full again.
+            if full {
+                leading = false;
+            }
+            let (namespaces, deployments) = retry;
+            mark(&shared, |d| {
+                d.cluster = true;
+                d.namespaces.extend(namespaces);
+                let newer = std::mem::take(&mut d.deployments);
+                d.deployments = deployments;
+                d.deployments.extend(newer);
+            });
         }
     }
 }
@@ -675,24 +701,47 @@ async fn rebuild(
         .collect();
     let helm_enabled = cd.spec.helm.enabled;
 
-    // Revision records first: they do not depend on the inventory.
+    // Revision records first: they do not depend on the inventory. Each Deployment's
+    // changes in the order seen, Deployments side by side.
     let mut changes = dirty.deployments;
     if full {
         changes.extend(shared.stores.deployments.all());
     }
+    let mut by_workload: BTreeMap<(String, String), Vec<Arc<DeploymentView>>> = BTreeMap::new();
     for after in changes {
         if excluded.contains(after.namespace.as_str()) || !live.contains(&after.namespace) {
             continue;
         }
-        match record_revision(shared, &after, helm_enabled).await {
-            Ok(()) => {}
-            // The namespace store lags its deletion: a namespace being deleted refuses new
-            // objects, and its Deployments go with it. That stops nothing else.
-            Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("being terminated") => {
-                tracing::debug!(namespace = %after.namespace, "namespace being deleted; no revision");
+        by_workload
+            .entry((after.namespace.clone(), after.name.clone()))
+            .or_default()
+            .push(after);
+    }
+    let failed = futures::stream::iter(by_workload.into_values())
+        .map(|views| async move {
+            for after in views {
+                match record_revision(shared, &after, helm_enabled).await {
+                    Ok(()) => {}
+                    // The namespace store lags its deletion: a namespace being deleted
+                    // refuses new objects, and its Deployments go with it. That stops
+                    // nothing else.
+                    Err(kube::Error::Api(e))
+                        if e.code == 403 && e.message.contains("being terminated") =>
+                    {
+                        tracing::debug!(namespace = %after.namespace, "namespace being deleted; no revision");
+                    }
+                    Err(e) => return Some(e),
+                }
             }
-            Err(e) => return Err(e),
-        }
+            None
+        })
+        .buffer_unordered(REVISION_WRITERS)
+        .filter_map(futures::future::ready)
+        // All of them run to the end: one failure cancels no other write half-way.
+        .collect::<Vec<kube::Error>>()
+        .await;
+    if let Some(e) = failed.into_iter().next() {
+        return Err(e);
     }
 
     for ns in &dirty.namespaces {
@@ -810,7 +859,7 @@ async fn namespace_inventory(
         entries.push(inventory::deployment_entry(d, autoscaler, found));
     }
     // Autoscalers whose target is missing: a Warning Event on the autoscaler.
-    let dep_refs: Vec<&DeploymentView> = deployments.iter().collect();
+    let dep_refs: Vec<&DeploymentView> = deployments.iter().map(|d| &**d).collect();
     let hpa_refs: Vec<&HpaView> = hpas.iter().collect();
     let orphans = signals::orphan_autoscaler_signals(&hpa_refs, &dep_refs);
     let so_refs: Vec<&ScaledObjectView> = scaled_objects.iter().collect();
@@ -1084,12 +1133,13 @@ async fn write_inventory(
         );
         let same = same_status(&current, &part, |st| &mut st.conditions);
         let key = (ns.to_string(), i as i32);
+        let digest = digest(&part);
         let written_same = shared
             .written
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
-            == Some(&part);
+            == Some(&digest);
         if same || written_same {
             continue;
         }
@@ -1107,7 +1157,7 @@ async fn write_inventory(
             .written
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key, part);
+            .insert(key, digest);
     }
     delete_parts(shared, ns, n).await?;
     Ok(n)
@@ -1140,7 +1190,7 @@ async fn delete_parts(shared: &Shared, ns: &str, n: usize) -> Result<(), kube::E
 /// that sees the same change again gets `AlreadyExists`, not a duplicate.
 async fn record_revision(
     shared: &Shared,
-    after: &DeploymentView,
+    after: &Arc<DeploymentView>,
     helm_enabled: bool,
 ) -> Result<(), kube::Error> {
     let key = (after.namespace.clone(), after.name.clone());
@@ -1167,7 +1217,7 @@ async fn record_revision(
         .filter(|r| r.workload == after.name)
         .collect();
     let spec = match &before {
-        Some(b) => revision::change(Some(b), after, helm, now),
+        Some(b) => revision::change(Some(b.as_ref()), after, helm, now),
         // First sight (startup, leadership, a new Deployment): a record only when none
         // exists for its current revision.
         None => {
@@ -1437,6 +1487,14 @@ async fn write_cluster_status(
 }
 
 /// Whether two statuses say the same thing, whatever their conditions' timestamps.
+/// A digest of a status as it is serialised (the same value gives the same digest).
+fn digest(status: &impl serde::Serialize) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    serde_json::to_vec(status).unwrap_or_default().hash(&mut h);
+    h.finish()
+}
+
 fn same_status<S: Clone + PartialEq>(
     a: &S,
     b: &S,

@@ -6,7 +6,7 @@
 //! timestamps or messages, so a signal that stays open stays byte-identical and the
 //! inventory is not rewritten on every reconcile.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
@@ -95,13 +95,6 @@ fn with_detail(reason: &str, detail: &str) -> String {
     }
 }
 
-/// Whether `labels` fall inside `selector`: every selector label present with an equal
-/// value. An empty selector matches nothing (the API server refuses one on a Deployment,
-/// and a hazard reported against everything would be noise).
-fn selected(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
-    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
-
 /// The signals of one Deployment, sorted and de-duplicated.
 ///
 /// - `pods`: Pods of the namespace (or any superset of the relevant ones). Waiting reasons
@@ -143,7 +136,7 @@ pub fn deployment_signals(
 
     let overlapping_jobs: BTreeSet<String> = jobs
         .iter()
-        .filter(|j| selected(&d.selector, &j.template_labels))
+        .filter(|j| j.template_labels.selected_by(&d.selector))
         .map(|j| format!("Job/{}", j.name))
         .collect();
     for job in &overlapping_jobs {
@@ -154,7 +147,7 @@ pub fn deployment_signals(
             .owner
             .as_ref()
             .is_some_and(|o| overlapping_jobs.contains(o));
-        if !own(p) && !via_job && selected(&d.selector, &p.labels) {
+        if !own(p) && !via_job && p.labels.selected_by(&d.selector) {
             out.insert(format!("{}: Pod/{}", reasons::SELECTOR_OVERLAP, p.name));
         }
     }
@@ -316,6 +309,7 @@ mod tests {
     use super::*;
     use crate::discovery::view::Cond;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use std::collections::BTreeMap;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -350,9 +344,8 @@ mod tests {
 
     fn pod(name: &str, owner: Option<&str>, app: &str, waiting: &[&str]) -> PodView {
         PodView {
-            namespace: "shop".into(),
             name: name.into(),
-            labels: labels(&[("app", app), ("pod-template-hash", "abc")]),
+            labels: (&labels(&[("app", app), ("pod-template-hash", "abc")])).into(),
             owner: owner.map(str::to_string),
             waiting: waiting.iter().map(|w| w.to_string()).collect(),
         }
@@ -362,7 +355,7 @@ mod tests {
         JobView {
             namespace: "shop".into(),
             name: name.into(),
-            template_labels: labels(&[("app", app), ("role", "migrate")]),
+            template_labels: (&labels(&[("app", app), ("role", "migrate")])).into(),
             result: "Running",
             ..Default::default()
         }
@@ -528,13 +521,23 @@ mod tests {
             Vec::<String>::new()
         );
         let mut full = partial.clone();
-        full.labels.insert("tier".into(), "front".into());
+        full.labels = (&labels(&[
+            ("app", "web"),
+            ("pod-template-hash", "abc"),
+            ("tier", "front"),
+        ]))
+            .into();
         assert_eq!(
             deployment_signals(&d, &[&full], &[], &[], &[], &rs()),
             vec!["SelectorOverlap: Pod/debug"]
         );
         let mut wrong = full.clone();
-        wrong.labels.insert("tier".into(), "back".into());
+        wrong.labels = (&labels(&[
+            ("app", "web"),
+            ("pod-template-hash", "abc"),
+            ("tier", "back"),
+        ]))
+            .into();
         assert_eq!(
             deployment_signals(&d, &[&wrong], &[], &[], &[], &rs()),
             Vec::<String>::new()

@@ -348,15 +348,44 @@ pub fn config_refs(p: &PodSpec) -> Vec<String> {
     out
 }
 
-/// What a Pod contributes to its workload's health: never the Pod itself.
+/// A label set in one allocation: `key=value` pairs in key order, joined by `,`. Neither
+/// `=` nor `,` can occur in a label key or value, so the text is unambiguous. A Pod's
+/// labels kept as a map cost about half a kilobyte; this costs their length.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Labels(Box<str>);
+
+impl Labels {
+    /// The value of `key`, if set.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .find_map(|(k, v)| (k == key).then_some(v))
+    }
+
+    /// Whether every label of `selector` is set here with an equal value. An empty selector
+    /// matches nothing (the API server refuses one on a Deployment, and a hazard reported
+    /// against everything would be noise).
+    pub fn selected_by(&self, selector: &BTreeMap<String, String>) -> bool {
+        !selector.is_empty() && selector.iter().all(|(k, v)| self.get(k) == Some(v))
+    }
+}
+
+impl From<&BTreeMap<String, String>> for Labels {
+    fn from(m: &BTreeMap<String, String>) -> Self {
+        let pairs: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        Self(pairs.join(",").into_boxed_str())
+    }
+}
+
+/// What a Pod contributes to its workload's health: never the Pod itself. The store's key
+/// holds its namespace.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodView {
-    /// Namespace.
-    pub namespace: String,
     /// Name.
     pub name: String,
     /// Labels (for the selector-overlap hazard).
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// The owning ReplicaSet's or Job's name, `ReplicaSet/<name>` or `Job/<name>`.
     pub owner: Option<String>,
     /// Waiting reasons of its containers (`CrashLoopBackOff`, `ImagePullBackOff`, …).
@@ -379,9 +408,8 @@ pub fn pod(p: &Pod) -> PodView {
     waiting.sort();
     waiting.dedup();
     PodView {
-        namespace: p.namespace().unwrap_or_default(),
         name: p.name_any(),
-        labels: p.labels().clone(),
+        labels: p.labels().into(),
         owner: p
             .owner_references()
             .iter()
@@ -506,7 +534,7 @@ pub struct JobView {
     /// The CronJob that created it.
     pub cron_job: Option<String>,
     /// Pod template labels (for the selector-overlap hazard).
-    pub template_labels: BTreeMap<String, String>,
+    pub template_labels: Labels,
     /// `status.startTime`.
     pub start: Option<Timestamp>,
     /// `status.completionTime`, else the time of its `Failed` condition.
@@ -539,7 +567,8 @@ pub fn job(j: &Job) -> JobView {
             .spec
             .as_ref()
             .and_then(|s| s.template.metadata.as_ref())
-            .and_then(|m| m.labels.clone())
+            .and_then(|m| m.labels.as_ref())
+            .map(Labels::from)
             .unwrap_or_default(),
         start: status.and_then(|s| s.start_time.as_ref()).map(|t| t.0),
         end: status
@@ -654,6 +683,34 @@ mod tests {
                 ("sidecar".to_string(), "unknown".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn labels_are_looked_up_by_whole_key_and_value() {
+        let m: BTreeMap<String, String> = [
+            ("app", "web"),
+            ("app.kubernetes.io/name", "web-x"),
+            ("tier", ""),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let l = Labels::from(&m);
+        assert_eq!(l.get("app"), Some("web"));
+        assert_eq!(l.get("app.kubernetes.io/name"), Some("web-x"));
+        assert_eq!(l.get("tier"), Some(""));
+        assert_eq!(l.get("ap"), None);
+        assert_eq!(Labels::default().get("app"), None);
+        let sel = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(l.selected_by(&sel(&[("app", "web"), ("tier", "")])));
+        assert!(!l.selected_by(&sel(&[("app", "we")])));
+        assert!(!l.selected_by(&sel(&[("app", "web"), ("zone", "a")])));
+        assert!(!l.selected_by(&sel(&[])));
     }
 
     #[test]

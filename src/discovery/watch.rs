@@ -3,7 +3,7 @@
 //! map atomically when it is complete and reports what changed or vanished meanwhile.
 
 use std::{
-    collections::HashMap,
+    collections::BTreeMap,
     sync::{Arc, RwLock},
 };
 
@@ -36,9 +36,10 @@ pub enum Change<'a, V> {
 pub type OnChange<V> = Box<dyn Fn(Change<'_, V>) + Send + Sync>;
 
 struct Inner<V> {
-    map: HashMap<Key, V>,
+    /// Ordered by namespace, so that one namespace's views are a range.
+    map: BTreeMap<Key, V>,
     /// The map being rebuilt by a relist.
-    next: Option<HashMap<Key, V>>,
+    next: Option<BTreeMap<Key, V>>,
     synced: bool,
 }
 
@@ -68,21 +69,13 @@ impl<V: Clone> Projections<V> {
 
     /// The views of one namespace.
     pub fn in_namespace(&self, ns: &str) -> Vec<V> {
-        self.read(|i| {
-            i.map
-                .iter()
-                .filter(|(k, _)| k.0 == ns)
-                .map(|(_, v)| v.clone())
-                .collect()
-        })
+        self.read(|i| namespace(&i.map, ns).map(|(_, v)| v.clone()).collect())
     }
 
     /// The views of one namespace with their names.
     pub fn in_namespace_keyed(&self, ns: &str) -> Vec<(String, V)> {
         self.read(|i| {
-            i.map
-                .iter()
-                .filter(|(k, _)| k.0 == ns)
+            namespace(&i.map, ns)
                 .map(|(k, v)| (k.1.clone(), v.clone()))
                 .collect()
         })
@@ -106,6 +99,15 @@ impl<V: Clone> Projections<V> {
     fn read<T>(&self, f: impl FnOnce(&Inner<V>) -> T) -> T {
         f(&self.inner.read().unwrap_or_else(|e| e.into_inner()))
     }
+}
+
+/// The entries of one namespace: a range of the ordered map.
+fn namespace<'a, V>(
+    map: &'a BTreeMap<Key, V>,
+    ns: &'a str,
+) -> impl Iterator<Item = (&'a Key, &'a V)> + 'a {
+    map.range((ns.to_string(), String::new())..)
+        .take_while(move |(k, _)| k.0 == ns)
 }
 
 /// A projection store of `K` reduced by `project`, and the future that drives its watch
@@ -153,7 +155,7 @@ where
     V: Clone + PartialEq + Send + Sync + 'static,
 {
     let inner = Arc::new(RwLock::new(Inner {
-        map: HashMap::new(),
+        map: BTreeMap::new(),
         next: None,
         synced: false,
     }));
@@ -166,23 +168,26 @@ where
             match event {
                 Ok(watcher::Event::Init) => {
                     let mut g = inner.write().unwrap_or_else(|e| e.into_inner());
-                    g.next = Some(HashMap::new());
+                    g.next = Some(BTreeMap::new());
                 }
                 Ok(watcher::Event::InitApply(o)) => {
                     let key = key_of(&o);
                     let view = project(&o);
                     let mut g = inner.write().unwrap_or_else(|e| e.into_inner());
-                    g.next.get_or_insert_with(HashMap::new).insert(key, view);
+                    g.next.get_or_insert_with(BTreeMap::new).insert(key, view);
                 }
                 Ok(watcher::Event::InitDone) => {
-                    let (old, new) = {
+                    let old = {
                         let mut g = inner.write().unwrap_or_else(|e| e.into_inner());
                         let new = g.next.take().unwrap_or_default();
-                        let old = std::mem::replace(&mut g.map, new.clone());
                         g.synced = true;
-                        (old, new)
+                        std::mem::replace(&mut g.map, new)
                     };
-                    for (key, after) in &new {
+                    // The new map is compared in place: a copy would double the store's
+                    // memory at every (re)list. Only this task writes the store.
+                    let g = inner.read().unwrap_or_else(|e| e.into_inner());
+                    let new = &g.map;
+                    for (key, after) in new {
                         let before = old.get(key);
                         if before != Some(after) {
                             on_change(Change::Object {
@@ -201,6 +206,7 @@ where
                             });
                         }
                     }
+                    drop(g);
                     on_change(Change::Synced);
                 }
                 Ok(watcher::Event::Apply(o)) => {
@@ -236,4 +242,124 @@ where
         })
         .boxed();
     (store, drive)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    fn cm(ns: &str, name: &str, value: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            data: Some([("v".to_string(), value.to_string())].into()),
+            ..Default::default()
+        }
+    }
+
+    fn value(c: &ConfigMap) -> String {
+        c.data
+            .as_ref()
+            .and_then(|d| d.get("v"))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Feeds `events` through a store; returns it and what it reported, as
+    /// `key before→after` lines and `synced`.
+    async fn feed(events: Vec<watcher::Event<ConfigMap>>) -> (Projections<String>, Vec<String>) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let (store, drive) = projections_with(
+            futures::stream::iter(events.into_iter().map(Ok)).boxed(),
+            value,
+            Box::new(move |c| {
+                let line = match c {
+                    Change::Object { key, before, after } => format!(
+                        "{}/{} {}→{}",
+                        key.0,
+                        key.1,
+                        before.map_or("-", String::as_str),
+                        after.map_or("-", String::as_str)
+                    ),
+                    Change::Synced => "synced".to_string(),
+                };
+                log.lock().unwrap().push(line);
+            }),
+        );
+        drive.await;
+        let seen = seen.lock().unwrap().clone();
+        (store, seen)
+    }
+
+    #[tokio::test]
+    async fn a_namespace_is_exactly_its_own_views() {
+        use watcher::Event::*;
+        let (store, _) = feed(vec![
+            Init,
+            InitApply(cm("a", "x", "1")),
+            InitApply(cm("ab", "x", "2")),
+            InitApply(cm("a", "y", "3")),
+            InitApply(cm("", "z", "4")),
+            InitApply(cm("b", "x", "5")),
+            InitDone,
+        ])
+        .await;
+        let mut a = store.in_namespace("a");
+        a.sort();
+        assert_eq!(a, ["1", "3"]);
+        assert_eq!(
+            store.in_namespace_keyed("ab"),
+            [("x".to_string(), "2".to_string())]
+        );
+        assert_eq!(store.in_namespace(""), ["4"]);
+        assert!(store.in_namespace("c").is_empty());
+        assert_eq!(store.get("b", "x").as_deref(), Some("5"));
+        assert_eq!(store.len(), 5);
+        assert!(store.synced());
+    }
+
+    #[tokio::test]
+    async fn a_relist_reports_what_changed_and_vanished_while_the_watch_was_away() {
+        use watcher::Event::*;
+        let (store, seen) = feed(vec![
+            Init,
+            InitApply(cm("a", "kept", "1")),
+            InitApply(cm("a", "edited", "1")),
+            InitApply(cm("a", "gone", "1")),
+            InitDone,
+            Apply(cm("a", "kept", "1")),
+            Apply(cm("a", "live", "1")),
+            Delete(cm("a", "live", "1")),
+            // A relist after a gap: one edited, one gone, one new.
+            Init,
+            InitApply(cm("a", "kept", "1")),
+            InitApply(cm("a", "edited", "2")),
+            InitApply(cm("a", "new", "1")),
+            InitDone,
+        ])
+        .await;
+        let mut relist: Vec<String> =
+            seen[seen.iter().position(|l| l == "a/live 1→-").unwrap() + 1..].to_vec();
+        assert_eq!(relist.pop().as_deref(), Some("synced"));
+        relist.sort();
+        assert_eq!(relist, ["a/edited 1→2", "a/gone 1→-", "a/new -→1"]);
+        // An unchanged Apply reports nothing.
+        assert_eq!(seen.iter().filter(|l| l.starts_with("a/kept")).count(), 1);
+        let mut all = store.in_namespace_keyed("a");
+        all.sort();
+        assert_eq!(
+            all,
+            [
+                ("edited".to_string(), "2".to_string()),
+                ("kept".to_string(), "1".to_string()),
+                ("new".to_string(), "1".to_string())
+            ]
+        );
+    }
 }

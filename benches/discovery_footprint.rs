@@ -22,8 +22,9 @@
 //! `MOONIN_BENCH_WARMUP_TIMEOUT_SECS` [1800], `MOONIN_BENCH_QUIET_WAIT_SECS` (for other
 //! `moonin run` processes to stop) [900].
 //!
-//! Pods are pinned to their Node (`spec.nodeName`), so the scheduler is not involved; the
-//! kube-controller-manager creating them is what makes a large setup slow.
+//! Pods are pinned to their Node (`spec.nodeName`), so the scheduler is not involved. The full
+//! size took 35 minutes to set up on 2 cores (the API server, the controller-manager creating
+//! Pods and kwok running them share the machine); later runs reuse it.
 //!
 //! The setup objects (Nodes, Namespaces, Deployments) carry the label
 //! `moonin.io/bench=discovery-footprint`; a later run reuses what exists and creates only

@@ -19,11 +19,12 @@ mod common;
 #[allow(dead_code)]
 #[path = "../tests/e2e/harness.rs"]
 mod harness;
+#[allow(dead_code)]
+mod shared;
 
 use std::{
     collections::{BTreeMap, HashMap},
-    io::{Read, Write},
-    net::{SocketAddr, TcpStream},
+    net::SocketAddr,
     process::ExitCode,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -41,6 +42,7 @@ use moonin::api::scaling::{ScalingTemplate, keys};
 use serde_json::{Value, json};
 
 use harness::{Manager, TestNamespace};
+use shared::{builds, http_get, interrupted, label, listing, mib, progress};
 
 /// Deployment replicas before and after the window.
 const REPLICAS: i32 = 1;
@@ -262,20 +264,6 @@ where
 // ---------------------------------------------------------------------------------------
 // The manager: metrics, memory, and other managers on this machine.
 
-/// `GET path` on the manager's HTTP endpoint; the body.
-fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    head.split_whitespace()
-        .nth(1)
-        .is_some_and(|s| s == "200")
-        .then(|| body.to_string())
-}
-
 /// The counters this benchmark reads from /metrics.
 #[derive(Clone, Default, Debug)]
 struct Scrape {
@@ -285,16 +273,6 @@ struct Scrape {
     errors: BTreeMap<String, f64>,
     /// `moonin_reconciliations_total`.
     reconciles: f64,
-}
-
-fn label<'a>(line: &'a str, name: &str) -> &'a str {
-    let key = format!("{name}=\"");
-    line.find(&key)
-        .and_then(|i| {
-            let rest = &line[i + key.len()..];
-            rest.find('"').map(|j| &rest[..j])
-        })
-        .unwrap_or("?")
 }
 
 impl Scrape {
@@ -375,10 +353,6 @@ fn memory(pid: u32) -> Memory {
     }
 }
 
-fn mib(kib: u64) -> String {
-    format!("{:.1} MiB", kib as f64 / 1024.0)
-}
-
 /// A `moonin run` process on this machine.
 struct Running {
     pid: u32,
@@ -436,28 +410,6 @@ fn rival_managers(identity: &str) -> Vec<String> {
         .filter(|m| m.identity != identity && m.scaling)
         .map(|m| format!("pid {} ({})", m.pid, m.identity))
         .collect()
-}
-
-/// Compilers and builds running on this machine, by command name (not counting the
-/// `cargo bench` that runs this benchmark).
-fn builds() -> BTreeMap<String, usize> {
-    let mut busy: BTreeMap<String, usize> = BTreeMap::new();
-    let parent = std::os::unix::process::parent_id().to_string();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for entry in dir.flatten() {
-            if entry.file_name().to_str() == Some(parent.as_str()) {
-                continue;
-            }
-            let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else {
-                continue;
-            };
-            let comm = comm.trim();
-            if matches!(comm, "rustc" | "cargo" | "go" | "compile" | "link" | "cc1") {
-                *busy.entry(comm.to_string()).or_default() += 1;
-            }
-        }
-    }
-    busy
 }
 
 /// The machine at one instant: load average and what else competes for it.
@@ -1057,19 +1009,6 @@ impl Report {
     }
 }
 
-fn listing(v: &[String]) -> String {
-    if v.is_empty() {
-        String::new()
-    } else {
-        let shown: Vec<&str> = v.iter().take(10).map(String::as_str).collect();
-        format!(
-            " ({}{})",
-            shown.join(", "),
-            if v.len() > 10 { ", …" } else { "" }
-        )
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // The run.
 
@@ -1122,21 +1061,6 @@ async fn run() -> ExitCode {
     drop(ns);
     let _ = std::fs::remove_file(&kubeconfig);
     code
-}
-
-async fn interrupted() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => "interrupted (SIGINT); cleaning up",
-        _ = term.recv() => "terminated (SIGTERM); cleaning up",
-    }
-}
-
-fn progress(what: &str) {
-    eprintln!("[{}] {what}", Timestamp::now().strftime("%H:%M:%S%.3f"));
 }
 
 async fn print_header(client: &Client, p: &Params) {

@@ -34,18 +34,18 @@ mod common;
 #[allow(dead_code)]
 #[path = "../tests/e2e/harness.rs"]
 mod harness;
+#[allow(dead_code)]
+mod shared;
 
 use std::{
     collections::{BTreeMap, HashMap},
-    io::{Read, Write},
-    net::{SocketAddr, TcpStream},
+    net::SocketAddr,
     process::{Command, ExitCode},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use futures::StreamExt;
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, Client, ResourceExt,
@@ -56,6 +56,7 @@ use kube::{
 use serde_json::{Value, json};
 
 use harness::{Manager, TestNamespace};
+use shared::{http_get, label, progress};
 
 /// Pods in the pool of the dry phase, and claims issued at once against it.
 const DRY_POOL: usize = 5;
@@ -372,29 +373,6 @@ fn spawn_watches(
 // ---------------------------------------------------------------------------------------
 // Counters: Moonin's /metrics; agent-sandbox's controller-runtime metrics when reachable.
 
-fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    head.split_whitespace()
-        .nth(1)
-        .is_some_and(|s| s == "200")
-        .then(|| body.to_string())
-}
-
-fn label<'a>(line: &'a str, name: &str) -> &'a str {
-    let key = format!("{name}=\"");
-    line.find(&key)
-        .and_then(|i| {
-            let rest = &line[i + key.len()..];
-            rest.find('"').map(|j| &rest[..j])
-        })
-        .unwrap_or("?")
-}
-
 fn sum_metric(body: &str, prefix: &str, keep: impl Fn(&str) -> bool) -> f64 {
     body.lines()
         .filter(|l| l.starts_with(prefix) && keep(l))
@@ -557,10 +535,6 @@ fn stats(mut v: Vec<f64>) -> Option<Stats> {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
-}
-
-fn progress(what: &str) {
-    eprintln!("[{}] {what}", Timestamp::now().strftime("%H:%M:%S%.3f"));
 }
 
 async fn until<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> Result<T, String>

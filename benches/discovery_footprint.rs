@@ -37,10 +37,12 @@ mod common;
 #[allow(dead_code)]
 #[path = "../tests/e2e/harness.rs"]
 mod harness;
+#[allow(dead_code)]
+mod shared;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    io::{BufRead, BufReader, Read, Write},
+    io::{BufRead, BufReader, Write},
     net::{SocketAddr, TcpListener, TcpStream},
     path::PathBuf,
     process::{Child, Command, ExitCode, Stdio},
@@ -63,6 +65,7 @@ use moonin::api::discovery::{ClusterDiscovery, NamespaceInventory, WorkloadRevis
 use serde_json::{Value, json};
 
 use harness::{Manager, TestNamespace};
+use shared::{builds, http_get, interrupted, label, listing, mib, progress};
 
 /// The label on every setup object.
 const LABEL_KEY: &str = "moonin.io/bench";
@@ -655,22 +658,6 @@ async fn setup(client: &Client, p: &Params) -> Result<Setup, String> {
 // ---------------------------------------------------------------------------------------
 // Processes: HTTP, memory, CPU, other managers.
 
-/// `GET path` over HTTP/1.0; the body when the answer is 200.
-fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    head.split_whitespace()
-        .nth(1)
-        .is_some_and(|s| s == "200")
-        .then(|| body.to_string())
-}
-
 /// `GET path` and counts the lines that start with each of `prefixes`, reading the body
 /// as it arrives (kube-state-metrics' answer for a large cluster is hundreds of MB).
 fn count_lines(addr: SocketAddr, path: &str, prefixes: &[&str]) -> Option<Vec<usize>> {
@@ -700,16 +687,6 @@ fn count_lines(addr: SocketAddr, path: &str, prefixes: &[&str]) -> Option<Vec<us
             Err(_) => return None,
         }
     }
-}
-
-fn label<'a>(line: &'a str, name: &str) -> &'a str {
-    let key = format!("{name}=\"");
-    line.find(&key)
-        .and_then(|i| {
-            let rest = &line[i + key.len()..];
-            rest.find('"').map(|j| &rest[..j])
-        })
-        .unwrap_or("?")
 }
 
 fn value(line: &str) -> Option<f64> {
@@ -748,10 +725,6 @@ fn usage(pid: u32) -> Usage {
         hwm_kib: field("VmHWM:"),
         cpu_secs,
     }
-}
-
-fn mib(kib: u64) -> String {
-    format!("{:.1} MiB", kib as f64 / 1024.0)
 }
 
 /// The manager's warnings and errors logged in [from, to], by message and error (cut
@@ -827,28 +800,6 @@ fn moonin_managers() -> Vec<(u32, String)> {
         out.push((pid, identity));
     }
     out
-}
-
-/// Compilers and builds running on this machine (not counting the `cargo bench` that runs
-/// this benchmark).
-fn builds() -> BTreeMap<String, usize> {
-    let mut busy: BTreeMap<String, usize> = BTreeMap::new();
-    let parent = std::os::unix::process::parent_id().to_string();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for entry in dir.flatten() {
-            if entry.file_name().to_str() == Some(parent.as_str()) {
-                continue;
-            }
-            let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else {
-                continue;
-            };
-            let comm = comm.trim();
-            if matches!(comm, "rustc" | "cargo" | "go" | "compile" | "link" | "cc1") {
-                *busy.entry(comm.to_string()).or_default() += 1;
-            }
-        }
-    }
-    busy
 }
 
 /// The machine at one instant: load average and what else competes for it.
@@ -1731,10 +1682,6 @@ fn num(v: f64) -> String {
     }
 }
 
-fn progress(what: &str) {
-    eprintln!("[{}] {what}", Timestamp::now().strftime("%H:%M:%S%.3f"));
-}
-
 fn print_header(p: &Params, version: &str) {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
@@ -2092,19 +2039,6 @@ fn print_report(p: &Params, setup: &Setup, m: &Option<MooninResult>, k: &Option<
     }
 }
 
-fn listing(v: &[String]) -> String {
-    if v.is_empty() {
-        String::new()
-    } else {
-        let shown: Vec<&str> = v.iter().take(10).map(String::as_str).collect();
-        format!(
-            " ({}{})",
-            shown.join(", "),
-            if v.len() > 10 { ", …" } else { "" }
-        )
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // The run.
 
@@ -2121,17 +2055,6 @@ where
             return Err(format!("timed out waiting for {what}"));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-async fn interrupted() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => "interrupted (SIGINT); cleaning up",
-        _ = term.recv() => "terminated (SIGTERM); cleaning up",
     }
 }
 

@@ -76,6 +76,7 @@ const REASON_MODULES: &[(&str, &str)] = &[
     ("src/api/sandbox.rs", "reasons"),
     ("src/sandbox/autoscaler/mod.rs", "reasons"),
     ("src/discovery/signals.rs", "reasons"),
+    ("src/discovery/controller.rs", "condition_reasons"),
     ("src/scaling/decide.rs", "state"),
     ("src/sandbox/autoscaler/mod.rs", "session_states"),
     ("src/sandbox/autoscaler/mod.rs", "attempt_results"),
@@ -85,7 +86,6 @@ const REASON_MODULES: &[(&str, &str)] = &[
 const KEY_MODULES: &[(&str, &str)] = &[
     ("src/api/scaling.rs", "keys"),
     ("src/sandbox/pool.rs", "keys"),
-    ("src/sandbox/autoscaler/mod.rs", "annotations"),
     ("src/api/mod.rs", "field_manager"),
 ];
 

@@ -52,6 +52,7 @@ use crate::manager::{
     access,
     controllers::{Context, Registered},
     http::Readiness,
+    metrics::{ControllerLabels, ErrorLabels},
 };
 use crate::scaling::keda::{self, ScaledObject};
 
@@ -77,6 +78,34 @@ pub mod condition_types {
     pub const HELM_ACCESS: &str = "HelmAccess";
     /// Some namespace's inventory was split into parts.
     pub const TRUNCATED: &str = "Truncated";
+}
+
+/// Condition reasons of discovery's kinds (and the reason of its reconcile errors).
+pub mod condition_reasons {
+    /// `Ready`: every namespace's inventory is written (on an inventory: it is current).
+    pub const INVENTORIED: &str = "Inventoried";
+    /// `Ready`: the first pass is still writing inventories.
+    pub const INVENTORYING: &str = "Inventorying";
+    /// `InventoryComplete` true; `Truncated` false (everything fits one object).
+    pub const COMPLETE: &str = "Complete";
+    /// `InventoryComplete`: not yet.
+    pub const IN_PROGRESS: &str = "InProgress";
+    /// `Truncated`: an inventory was split into parts.
+    pub const SPLIT: &str = "Split";
+    /// `HelmAccess`: `spec.helm.enabled` is false.
+    pub const DISABLED: &str = "Disabled";
+    /// `HelmAccess`: listing Helm release Secrets is refused.
+    pub const FORBIDDEN: &str = "Forbidden";
+    /// `HelmAccess`: release Secrets are read.
+    pub const SECRETS_READABLE: &str = "SecretsReadable";
+    /// `ApiReachable`.
+    pub const REACHABLE: &str = "Reachable";
+    /// `ApiReachable`: the heartbeat or `GET /version` failed.
+    pub const UNREACHABLE: &str = "Unreachable";
+    /// `Ready` of a WorkloadRevision.
+    pub const RECORDED: &str = "Recorded";
+    /// `moonin_reconcile_errors_total`: a rebuild failed on an API error.
+    pub const API_ERROR: &str = "ApiError";
 }
 
 /// Registers the controller.
@@ -621,6 +650,8 @@ struct Progress {
 async fn rebuild_loop(shared: Arc<Shared>) {
     let mut progress = Progress::default();
     let mut leading = false;
+    // Consecutive failed rebuilds: the retry waits 1, 2, 4 … 64 s.
+    let mut failures: u32 = 0;
     loop {
         shared.wake.notified().await;
         tokio::time::sleep(DEBOUNCE).await;
@@ -657,23 +688,45 @@ async fn rebuild_loop(shared: Arc<Shared>) {
                 .collect();
             dirty.cluster = true;
         }
-        if let Err(e) = rebuild(&shared, &cd, dirty, full, &mut progress).await {
-            tracing::warn!(error = %e, "discovery rebuild failed; retrying");
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            // Nothing is dropped: the work goes back (what was written meanwhile is not
-            // written again), and a failed full rebuild is done in full again.
-            if full {
-                leading = false;
-            }
-            let (namespaces, deployments) = retry;
-            mark(&shared, |d| {
-                d.cluster = true;
-                d.namespaces.extend(namespaces);
-                let newer = std::mem::take(&mut d.deployments);
-                d.deployments = deployments;
-                d.deployments.extend(newer);
-            });
+        let metrics = &shared.ctx.metrics;
+        let labels = ControllerLabels {
+            controller: CONTROLLER.to_string(),
+        };
+        metrics.reconciliations.get_or_create(&labels).inc();
+        let started = std::time::Instant::now();
+        let result = rebuild(&shared, &cd, dirty, full, &mut progress).await;
+        metrics
+            .reconcile_duration
+            .get_or_create(&labels)
+            .observe(started.elapsed().as_secs_f64());
+        let Err(e) = result else {
+            failures = 0;
+            continue;
+        };
+        metrics
+            .reconcile_errors
+            .get_or_create(&ErrorLabels {
+                controller: CONTROLLER.to_string(),
+                reason: condition_reasons::API_ERROR.to_string(),
+            })
+            .inc();
+        let wait = Duration::from_secs(1 << failures.min(6));
+        failures += 1;
+        tracing::warn!(error = %e, retry_in_secs = wait.as_secs(), "discovery rebuild failed; retrying");
+        tokio::time::sleep(wait).await;
+        // Nothing is dropped: the work goes back (what was written meanwhile is not
+        // written again), and a failed full rebuild is done in full again.
+        if full {
+            leading = false;
         }
+        let (namespaces, deployments) = retry;
+        mark(&shared, |d| {
+            d.cluster = true;
+            d.namespaces.extend(namespaces);
+            let newer = std::mem::take(&mut d.deployments);
+            d.deployments = deployments;
+            d.deployments.extend(newer);
+        });
     }
 }
 
@@ -1101,7 +1154,7 @@ async fn write_inventory(
             Desired::new(
                 condition_types::TRUNCATED,
                 true,
-                "Split",
+                condition_reasons::SPLIT,
                 format!(
                     "the inventory passes {} KiB; this is part {} of {n}",
                     inventory::MAX_BYTES / 1024,
@@ -1112,7 +1165,7 @@ async fn write_inventory(
             Desired::new(
                 condition_types::TRUNCATED,
                 false,
-                "Complete",
+                condition_reasons::COMPLETE,
                 "the inventory fits one object",
             )
         };
@@ -1123,7 +1176,7 @@ async fn write_inventory(
                 Desired::new(
                     types::READY,
                     true,
-                    "Inventoried",
+                    condition_reasons::INVENTORIED,
                     "the namespace's inventory is current",
                 ),
                 truncated,
@@ -1281,7 +1334,7 @@ async fn record_revision(
         "kind": "WorkloadRevision",
         "status": {
             "observedGeneration": 1,
-            "conditions": conditions::merge(&[], &[Desired::new(types::READY, true, "Recorded", "the change is recorded")], Some(1), now),
+            "conditions": conditions::merge(&[], &[Desired::new(types::READY, true, condition_reasons::RECORDED, "the change is recorded")], Some(1), now),
         },
     });
     shared
@@ -1365,7 +1418,7 @@ async fn write_cluster_status(
         Desired::new(
             condition_types::HELM_ACCESS,
             false,
-            "Disabled",
+            condition_reasons::DISABLED,
             "Helm discovery is off (spec.helm.enabled)",
         )
     } else {
@@ -1373,13 +1426,13 @@ async fn write_cluster_status(
             Some(why) => Desired::new(
                 condition_types::HELM_ACCESS,
                 false,
-                "Forbidden",
+                condition_reasons::FORBIDDEN,
                 format!("{why}; grant the opt-in Helm role (config/rbac-helm)"),
             ),
             None => Desired::new(
                 condition_types::HELM_ACCESS,
                 true,
-                "SecretsReadable",
+                condition_reasons::SECRETS_READABLE,
                 "Helm release Secrets are read and sanitised",
             ),
         }
@@ -1388,13 +1441,13 @@ async fn write_cluster_status(
         Some(Err(e)) => Desired::new(
             condition_types::API_REACHABLE,
             false,
-            "Unreachable",
+            condition_reasons::UNREACHABLE,
             e.clone(),
         ),
         _ => Desired::new(
             condition_types::API_REACHABLE,
             true,
-            "Reachable",
+            condition_reasons::REACHABLE,
             "the API server answers",
         ),
     };
@@ -1404,9 +1457,9 @@ async fn write_cluster_status(
             types::READY,
             complete,
             if complete {
-                "Inventoried"
+                condition_reasons::INVENTORIED
             } else {
-                "Inventorying"
+                condition_reasons::INVENTORYING
             },
             format!(
                 "{} of {} namespaces inventoried",
@@ -1421,7 +1474,11 @@ async fn write_cluster_status(
         Desired::new(
             condition_types::INVENTORY_COMPLETE,
             complete,
-            if complete { "Complete" } else { "InProgress" },
+            if complete {
+                condition_reasons::COMPLETE
+            } else {
+                condition_reasons::IN_PROGRESS
+            },
             "every watched kind has listed and every namespace's inventory is written",
         ),
         helm_condition,
@@ -1429,14 +1486,14 @@ async fn write_cluster_status(
             Desired::new(
                 condition_types::TRUNCATED,
                 false,
-                "Complete",
+                condition_reasons::COMPLETE,
                 "every inventory fits one object",
             )
         } else {
             Desired::new(
                 condition_types::TRUNCATED,
                 true,
-                "Split",
+                condition_reasons::SPLIT,
                 format!(
                     "split into parts: {}",
                     split

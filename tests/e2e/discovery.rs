@@ -195,6 +195,21 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     let before = lists();
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(lists(), before, "no list requests once settled");
+    // Rebuilds count as the controller's reconciles.
+    let (_, body) = rig
+        .manager
+        .as_ref()
+        .and_then(|m| m.get("/metrics"))
+        .expect("metrics");
+    let rebuilds = body
+        .lines()
+        .find_map(|l| l.strip_prefix("moonin_reconciliations_total{controller=\"discovery\"} "))
+        .and_then(|n| n.trim().parse::<f64>().ok());
+    assert!(rebuilds.is_some_and(|n| n >= 1.0), "{rebuilds:?}");
+    assert!(
+        body.contains("moonin_reconcile_duration_seconds_count{controller=\"discovery\"}"),
+        "a rebuild duration histogram"
+    );
     assert_eq!(s["cluster"]["name"]["value"], "e2e", "{s}");
     assert_eq!(s["cluster"]["name"]["source"], "spec.clusterName", "{s}");
     assert!(

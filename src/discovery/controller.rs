@@ -141,6 +141,9 @@ struct RevView {
     workload: String,
     revision: i64,
     observed_at: Timestamp,
+    /// Its status says `Ready` (a process that died between the create and the status
+    /// patch leaves a record without it).
+    ready: bool,
 }
 
 fn rev_view(r: &WorkloadRevision) -> RevView {
@@ -149,6 +152,9 @@ fn rev_view(r: &WorkloadRevision) -> RevView {
         workload: r.spec.workload.name.clone(),
         revision: r.spec.revision,
         observed_at: r.spec.observed_at.0,
+        ready: r.status.as_ref().is_some_and(|s| {
+            conditions::has_reason(&s.conditions, types::READY, condition_reasons::RECORDED)
+        }),
     }
 }
 
@@ -1269,6 +1275,11 @@ async fn record_revision(
         .into_iter()
         .filter(|r| r.workload == after.name)
         .collect();
+    let api: Api<WorkloadRevision> = Api::namespaced(shared.client.clone(), &after.namespace);
+    // Records an earlier process created but did not get to mark.
+    for r in existing.iter().filter(|r| !r.ready) {
+        mark_recorded(shared, &api, &r.name, now).await?;
+    }
     let spec = match &before {
         Some(b) => revision::change(Some(b.as_ref()), after, helm, now),
         // First sight (startup, leadership, a new Deployment): a record only when none
@@ -1294,7 +1305,6 @@ async fn record_revision(
         return Ok(());
     };
     let name = revision::name(&after.name, &spec);
-    let api: Api<WorkloadRevision> = Api::namespaced(shared.client.clone(), &after.namespace);
     let obj: WorkloadRevision = serde_json::from_value(json!({
         "apiVersion": "moonin.io/v1alpha1",
         "kind": "WorkloadRevision",
@@ -1329,24 +1339,7 @@ async fn record_revision(
     if !created {
         return Ok(());
     }
-    let body = json!({
-        "apiVersion": "moonin.io/v1alpha1",
-        "kind": "WorkloadRevision",
-        "status": {
-            "observedGeneration": 1,
-            "conditions": conditions::merge(&[], &[Desired::new(types::READY, true, condition_reasons::RECORDED, "the change is recorded")], Some(1), now),
-        },
-    });
-    shared
-        .ctx
-        .metrics
-        .wrote(CONTROLLER, "WorkloadRevision/status");
-    api.patch_status(
-        &name,
-        &PatchParams::apply(field_manager::DISCOVERY).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
+    mark_recorded(shared, &api, &name, now).await?;
     let mut all: Vec<(String, Timestamp)> = existing
         .iter()
         .map(|r| (r.name.clone(), r.observed_at))
@@ -1361,6 +1354,46 @@ async fn record_revision(
         }
     }
     Ok(())
+}
+
+/// Sets a WorkloadRevision's status: `Ready=True/Recorded`.
+async fn mark_recorded(
+    shared: &Shared,
+    api: &Api<WorkloadRevision>,
+    name: &str,
+    now: Timestamp,
+) -> Result<(), kube::Error> {
+    let ready = Desired::new(
+        types::READY,
+        true,
+        condition_reasons::RECORDED,
+        "the change is recorded",
+    );
+    let body = json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "WorkloadRevision",
+        "status": {
+            "observedGeneration": 1,
+            "conditions": conditions::merge(&[], &[ready], Some(1), now),
+        },
+    });
+    shared
+        .ctx
+        .metrics
+        .wrote(CONTROLLER, "WorkloadRevision/status");
+    match api
+        .patch_status(
+            name,
+            &PatchParams::apply(field_manager::DISCOVERY).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Pruned or deleted with its Deployment meanwhile.
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// The ClusterDiscovery status: metadata, node groups, totals, conditions; written only

@@ -464,14 +464,38 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     })
     .await;
 
-    // A restart does not duplicate revisions.
-    let before = revisions(&rig, "web").await.len();
+    // A restart does not duplicate revisions, and marks a record that a process killed
+    // between the create and the status patch left without its Ready condition.
+    let before = revisions(&rig, "web").await;
+    let unmarked = before[0].name_any();
     rig.kill();
+    let wrevs: Api<WorkloadRevision> = Api::namespaced(client.clone(), rig.ns());
+    wrevs
+        .patch_status(
+            &unmarked,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": []}})),
+        )
+        .await
+        .expect("clear a revision's status");
     rig.start().await;
+    wait_for(
+        "the unmarked revision to be Ready again",
+        Duration::from_secs(30),
+        || async {
+            let r = wrevs.get(&unmarked).await.ok()?;
+            r.status?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+                .then_some(())
+        },
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(
         revisions(&rig, "web").await.len(),
-        before,
+        before.len(),
         "no duplicate revision after a restart"
     );
     drop(discovery);

@@ -371,7 +371,19 @@ async fn a_burst_of_claims_scales_the_pool_up_and_every_claim_binds() {
         (bound_count(&rig).await == 6).then_some(())
     })
     .await;
-    let s = pool_status(&rig, "as-a").await;
+    // The autoscaler records the attempt once its outcome shows, which can be after the
+    // claims it made room for are bound.
+    let s = wait_for(
+        "the scale-up attempt in the status",
+        Duration::from_secs(20),
+        || async {
+            let s = pool_status(&rig, "as-a").await;
+            s["autoScaling"]["lastScaleUpAttempt"]
+                .is_object()
+                .then_some(s)
+        },
+    )
+    .await;
     let a = &s["autoScaling"];
     assert_eq!(a["lastScaleUpAttempt"]["from"], 2, "{s}");
     assert_eq!(a["lastScaleUpAttempt"]["target"], 6, "{s}");

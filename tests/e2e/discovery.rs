@@ -587,13 +587,16 @@ async fn helm_releases_are_published_sanitised_and_the_password_goes_nowhere() {
         Some(json!("shop")),
         "{inv}"
     );
-    let s = discovery.status().await;
-    assert!(
-        s["conditions"].as_array().is_some_and(|c| c
+    // A rebuild writes the ClusterDiscovery status after the namespaces' inventories.
+    wait_for("HelmAccess=True", Duration::from_secs(30), || async {
+        let s = discovery.status().await;
+        s["conditions"]
+            .as_array()?
             .iter()
-            .any(|c| c["type"] == "HelmAccess" && c["status"] == "True")),
-        "{s}"
-    );
+            .any(|c| c["type"] == "HelmAccess" && c["status"] == "True")
+            .then_some(())
+    })
+    .await;
 
     // The password is in no Moonin object, no Event and no log line.
     let mut published = String::new();

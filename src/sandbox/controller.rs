@@ -1501,6 +1501,12 @@ async fn reconcile_env(env: Arc<SandboxEnv>, ctx: Arc<EnvShared>) -> Result<Acti
             if !local {
                 continue;
             }
+            // Right after a start the cache can lag a Pool that exists: ask the API server
+            // rather than take an autoscaled Pool for a new one and reset its replicas.
+            let pool = match pool {
+                Some(p) => Some(p),
+                None => api.get_opt(&pool_name).await?.map(Arc::new),
+            };
             wanted.push(pool_name.clone());
             let group = m.config.as_ref().and_then(|c| c.scaling_group.clone());
             // `spec.replicas` has exactly one field manager: the autoscaler's while the

@@ -1276,8 +1276,10 @@ async fn record_revision(
         .filter(|r| r.workload == after.name)
         .collect();
     let api: Api<WorkloadRevision> = Api::namespaced(shared.client.clone(), &after.namespace);
-    // Records an earlier process created but did not get to mark.
-    for r in existing.iter().filter(|r| !r.ready) {
+    // Records an earlier process created but did not get to mark: looked for when this
+    // process first sees the Deployment (later, the store may simply not show our own
+    // status patch yet).
+    for r in existing.iter().filter(|r| before.is_none() && !r.ready) {
         mark_recorded(shared, &api, &r.name, now).await?;
     }
     let spec = match &before {

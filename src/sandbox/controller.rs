@@ -1179,7 +1179,6 @@ fn json_patch(v: serde_json::Value) -> Patch<()> {
     Patch::Json(serde_json::from_value(v).unwrap_or_else(|_| json_patch::Patch(Vec::new())))
 }
 
-/// Writes a claim's Bound status (only from Pending: the patch tests that it has no Pod).
 /// Writes a claim's status as bound to `pod`, guarded by the claim's resourceVersion so a
 /// claim is never moved from one Pod to another, and remembers the write until the claim
 /// cache shows it. `pool_key` is `ns/pool`. False when the write must be retried.
@@ -1207,10 +1206,9 @@ async fn bind_claim(
         .first_seen
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .remove(&uid)
-        .or_else(|| c.creation_timestamp().map(|t| t.0))
-        .unwrap_or(now);
-    let wait = now.duration_since(seen).as_millis().max(0) as i64;
+        .remove(&uid);
+    let start = pool::wait_start(seen, c.creation_timestamp().map(|t| t.0), now);
+    let wait = now.duration_since(start).as_millis().max(0) as i64;
     let mut status: SandboxClaimStatus = c.status.clone().unwrap_or_default();
     status.observed_generation = c.metadata.generation;
     status.phase = Some("Bound".into());

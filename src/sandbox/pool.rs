@@ -189,6 +189,23 @@ pub fn pod_name(pool: &str, seed: u64) -> String {
     format!("{}-{suffix}", base.trim_end_matches('-'))
 }
 
+/// Where a claim's `waitMilliseconds` starts: when this process first saw it, if that fell in
+/// the second its `creationTimestamp` names (the timestamp has one-second resolution, so the
+/// sighting is the finer figure); otherwise the creation time, so a claim that waited across a
+/// leader change, or was first seen late, is not counted from the late sighting.
+pub fn wait_start(
+    first_seen: Option<Timestamp>,
+    created: Option<Timestamp>,
+    now: Timestamp,
+) -> Timestamp {
+    match (first_seen, created) {
+        (Some(seen), Some(created)) if seen >= created + SignedDuration::from_secs(1) => created,
+        (Some(seen), _) => seen,
+        (None, Some(created)) => created,
+        (None, None) => now,
+    }
+}
+
 /// Plans one pool. `fresh_names` supplies names for new Pods.
 pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> PoolPlan {
     let mut ops = Vec::new();
@@ -392,6 +409,29 @@ mod tests {
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + s).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    #[test]
+    fn wait_starts_at_the_finer_of_sighting_and_creation() {
+        let ms = |m: i64| t(0) + SignedDuration::from_millis(m);
+        // (first seen, created, expected start); now is t(30).
+        let cases = [
+            (Some(ms(400)), Some(t(0)), ms(400)), // seen within the creation second
+            (Some(ms(999)), Some(t(0)), ms(999)), // still within it
+            (Some(ms(1_000)), Some(t(0)), t(0)),  // seen late: creation is the bound
+            (Some(t(20)), Some(t(0)), t(0)),      // seen by a new leader after 20 s
+            (Some(ms(-200)), Some(t(0)), ms(-200)), // our clock a little behind the server's
+            (None, Some(t(3)), t(3)),             // sighting lost (restart)
+            (Some(ms(2_500)), None, ms(2_500)),   // no creation time
+            (None, None, t(30)),                  // nothing: zero wait
+        ];
+        for (seen, created, want) in cases {
+            assert_eq!(
+                wait_start(seen, created, t(30)),
+                want,
+                "{seen:?} {created:?}"
+            );
+        }
     }
 
     fn pod(name: &str, ready: bool) -> PodView {

@@ -262,6 +262,34 @@ async fn reuse_returns_a_released_sandbox_to_the_idle_set() {
     assert!(!now[0].annotations().contains_key("moonin.io/claim"));
 }
 
+#[tokio::test]
+async fn a_claim_made_while_the_manager_is_down_counts_its_whole_wait() {
+    let client = require_cluster!();
+    let mut rig = Rig::with_args(client, "sbx-wait", &["--controllers", "sandbox"]).await;
+    let envs: Api<SandboxEnv> = Api::namespaced(rig.client.clone(), rig.ns());
+    envs.create(&PostParams::default(), &env("w", 1, "Replace"))
+        .await
+        .expect("env");
+    idle_is(&rig, "w-a", 1).await;
+    rig.kill();
+    let claims: Api<SandboxClaim> = Api::namespaced(rig.client.clone(), rig.ns());
+    claims
+        .create(&PostParams::default(), &claim("c", "w-a", None))
+        .await
+        .expect("claim");
+    let down = Duration::from_secs(3);
+    tokio::time::sleep(down).await;
+    rig.start().await;
+    // The new process first sees the claim seconds after its creation: the wait is counted
+    // from the creation time, not from that sighting.
+    let s = bound(&rig, "c").await;
+    let wait = s["waitMilliseconds"].as_i64().unwrap_or_default();
+    assert!(
+        wait >= down.as_millis() as i64,
+        "waitMilliseconds {wait}: {s}"
+    );
+}
+
 /// An Env with one local member `a` in the autoscaling group `g`.
 fn autoscaled_env(name: &str, replicas: i32, group: Value) -> SandboxEnv {
     let mut g = group;

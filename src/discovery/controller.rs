@@ -52,7 +52,7 @@ use crate::manager::{
     access,
     controllers::{Context, Registered},
     http::Readiness,
-    metrics::{ControllerLabels, ErrorLabels},
+    metrics::{ControllerLabels, ErrorLabels, Metrics},
 };
 use crate::scaling::keda::{self, ScaledObject};
 
@@ -642,6 +642,8 @@ struct Progress {
     discovery: Option<(Option<String>, Option<i64>)>,
     /// Namespaces whose inventory was written at least once since this process led.
     written: BTreeSet<String>,
+    /// Namespaces whose inventory write failed, with how many times in a row.
+    refused: BTreeMap<String, u32>,
     /// Namespaces split into parts.
     split: BTreeSet<String>,
     /// Signals per namespace, for the totals.
@@ -656,7 +658,7 @@ struct Progress {
 async fn rebuild_loop(shared: Arc<Shared>) {
     let mut progress = Progress::default();
     let mut leading = false;
-    // Consecutive failed rebuilds: the retry waits 1, 2, 4 … 64 s.
+    // Consecutive failed rebuilds (see `backoff`).
     let mut failures: u32 = 0;
     loop {
         shared.wake.notified().await;
@@ -705,20 +707,36 @@ async fn rebuild_loop(shared: Arc<Shared>) {
             .reconcile_duration
             .get_or_create(&labels)
             .observe(started.elapsed().as_secs_f64());
-        let Err(e) = result else {
-            failures = 0;
-            continue;
+        let error = match result {
+            Ok(unwritten) => {
+                failures = 0;
+                if !unwritten.is_empty() {
+                    count_error(metrics);
+                }
+                // Each refused namespace is retried by itself, on its own backoff, while the
+                // loop goes on serving every other change.
+                for ns in unwritten {
+                    let refused = progress.refused.entry(ns.clone()).or_default();
+                    let wait = backoff(*refused);
+                    *refused += 1;
+                    tracing::debug!(namespace = %ns, retry_in_secs = wait.as_secs(), "inventory write to be retried");
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(wait).await;
+                        mark(&shared, |d| {
+                            d.cluster = true;
+                            d.namespaces.insert(ns);
+                        });
+                    });
+                }
+                continue;
+            }
+            Err(e) => e,
         };
-        metrics
-            .reconcile_errors
-            .get_or_create(&ErrorLabels {
-                controller: CONTROLLER.to_string(),
-                reason: condition_reasons::API_ERROR.to_string(),
-            })
-            .inc();
-        let wait = Duration::from_secs(1 << failures.min(6));
+        count_error(metrics);
+        let wait = backoff(failures);
         failures += 1;
-        tracing::warn!(error = %e, retry_in_secs = wait.as_secs(), "discovery rebuild failed; retrying");
+        tracing::warn!(%error, retry_in_secs = wait.as_secs(), "discovery rebuild failed; retrying");
         tokio::time::sleep(wait).await;
         // Nothing is dropped: the work goes back (what was written meanwhile is not
         // written again), and a failed full rebuild is done in full again.
@@ -736,13 +754,30 @@ async fn rebuild_loop(shared: Arc<Shared>) {
     }
 }
 
+/// The wait before retrying work that failed `n` times in a row: 1, 2, 4 … 64 s.
+fn backoff(n: u32) -> Duration {
+    Duration::from_secs(1 << n.min(6))
+}
+
+fn count_error(metrics: &Metrics) {
+    metrics
+        .reconcile_errors
+        .get_or_create(&ErrorLabels {
+            controller: CONTROLLER.to_string(),
+            reason: condition_reasons::API_ERROR.to_string(),
+        })
+        .inc();
+}
+
+/// Rebuilds what `dirty` names. Returns the namespaces whose inventory could not be written
+/// (the rest of the rebuild stands); an error fails the rebuild as a whole.
 async fn rebuild(
     shared: &Shared,
     cd: &ClusterDiscovery,
     dirty: Dirty,
     full: bool,
     progress: &mut Progress,
-) -> Result<(), kube::Error> {
+) -> Result<BTreeSet<String>, kube::Error> {
     let excluded: BTreeSet<&str> = cd
         .spec
         .exclude_namespaces
@@ -803,12 +838,14 @@ async fn rebuild(
         return Err(e);
     }
 
+    let mut unwritten = BTreeSet::new();
     for ns in &dirty.namespaces {
         if !live.contains(ns) || excluded.contains(ns.as_str()) {
             progress.signals.remove(ns);
             progress.images.remove(ns);
             progress.split.remove(ns);
             progress.written.remove(ns);
+            progress.refused.remove(ns);
             // An excluded namespace keeps no inventory; a deleted one loses it with itself.
             if live.contains(ns)
                 && let Err(e) = delete_parts(shared, ns, 0).await
@@ -827,10 +864,15 @@ async fn rebuild(
             .insert(ns.clone(), status.images.iter().cloned().collect());
         let parts = match write_inventory(shared, cd, ns, status).await {
             Ok(n) => n,
-            // One namespace's failure (it is being deleted, say) does not stop the others;
-            // its next change retries it.
+            // The namespace store lags its deletion (see the revisions above).
+            Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("being terminated") => {
+                tracing::debug!(namespace = %ns, "namespace being deleted; no inventory");
+                continue;
+            }
+            // One namespace's failure does not stop the others; it is retried by itself.
             Err(e) => {
                 tracing::warn!(namespace = %ns, error = %e, "writing the inventory failed");
+                unwritten.insert(ns.clone());
                 continue;
             }
         };
@@ -840,8 +882,10 @@ async fn rebuild(
             progress.split.remove(ns);
         }
         progress.written.insert(ns.clone());
+        progress.refused.remove(ns);
     }
-    write_cluster_status(shared, cd, &live, &excluded, progress).await
+    write_cluster_status(shared, cd, &live, &excluded, progress).await?;
+    Ok(unwritten)
 }
 
 /// One namespace's inventory, unsplit; reports new signals as Warning Events.

@@ -917,3 +917,165 @@ async fn failing_pods_scaled_objects_and_a_split_inventory() {
     );
     drop(discovery);
 }
+
+/// A ValidatingAdmissionPolicy (and its binding) that refuses every NamespaceInventory write
+/// in one namespace, removed on drop.
+struct RefuseInventories {
+    name: String,
+}
+
+impl RefuseInventories {
+    async fn create(client: &Client, ns: &str) -> Self {
+        use k8s_openapi::api::admissionregistration::v1::{
+            ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+        };
+        let name = format!("e2e-refuse-inventories-{ns}");
+        let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": ["moonin.io"], "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["namespaceinventories", "namespaceinventories/status"]
+                }]},
+                "validations": [{"expression": "false", "message": "e2e refuses inventories here"}]
+            }
+        }))
+        .expect("policy");
+        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": ns}
+                }}
+            }
+        }))
+        .expect("binding");
+        Api::<ValidatingAdmissionPolicy>::all(client.clone())
+            .create(&PostParams::default(), &policy)
+            .await
+            .expect("create policy");
+        Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("create binding");
+        let guard = Self { name };
+        // The API server takes a moment to enforce a new policy: wait until a dry-run write
+        // of ours is refused (by the policy, not by the schema: the name must be valid).
+        let api: Api<NamespaceInventory> = Api::namespaced(client.clone(), ns);
+        let probe: NamespaceInventory = serde_json::from_value(json!({
+            "apiVersion": "moonin.io/v1alpha1",
+            "kind": "NamespaceInventory",
+            "metadata": {"name": "inventory"},
+            "spec": {"part": 0, "parts": 1}
+        }))
+        .expect("probe");
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        wait_for(
+            "the policy to refuse inventory writes",
+            Duration::from_secs(30),
+            || async {
+                match api.create(&dry, &probe).await {
+                    Err(kube::Error::Api(e)) if e.message.contains("e2e refuses") => Some(()),
+                    _ => None,
+                }
+            },
+        )
+        .await;
+        guard
+    }
+
+    /// Lifts the refusal (the binding goes; nothing in the namespace changes).
+    fn lift(&self) {
+        for kind in [
+            "validatingadmissionpolicybinding",
+            "validatingadmissionpolicy",
+        ] {
+            let out = std::process::Command::new("kubectl")
+                .args(["delete", kind, &self.name, "--ignore-not-found"])
+                .output()
+                .expect("kubectl runs");
+            assert!(out.status.success(), "{out:?}");
+        }
+    }
+}
+
+impl Drop for RefuseInventories {
+    fn drop(&mut self) {
+        for kind in [
+            "validatingadmissionpolicybinding",
+            "validatingadmissionpolicy",
+        ] {
+            let _ = std::process::Command::new("kubectl")
+                .args([
+                    "delete",
+                    kind,
+                    &self.name,
+                    "--ignore-not-found",
+                    "--wait=false",
+                ])
+                .status();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_refused_inventory_write_is_retried_without_a_change_in_the_namespace() {
+    let client = require_cluster!();
+    let rig = Rig::with_args(
+        client.clone(),
+        "disc-retry",
+        &["--controllers", "discovery"],
+    )
+    .await;
+    let refusal = RefuseInventories::create(&client, rig.ns()).await;
+    let discovery = Discovery::create(&client, false).await;
+    let api: Api<NamespaceInventory> = Api::namespaced(rig.client.clone(), rig.ns());
+
+    // The first rebuild reaches this namespace and is refused; the others are written.
+    wait_for(
+        "the refused write in the manager's log",
+        Duration::from_secs(40),
+        || async {
+            let log = rig.manager.as_ref()?.log_text();
+            log.lines()
+                .any(|l| l.contains("writing the inventory failed") && l.contains(rig.ns()))
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(api.get_opt("inventory").await.expect("get").is_none());
+    let condition = |status: &'static str| {
+        let discovery = &discovery;
+        move || async move {
+            let s = discovery.status().await;
+            s["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "InventoryComplete" && c["status"] == status)
+                .then_some(())
+        }
+    };
+    wait_for(
+        "InventoryComplete=False",
+        Duration::from_secs(20),
+        condition("False"),
+    )
+    .await;
+
+    // Lifted, with nothing changed in the namespace: the retry writes it.
+    refusal.lift();
+    inventory_where(&rig, "the inventory, written on retry", |_| true).await;
+    wait_for(
+        "InventoryComplete=True",
+        Duration::from_secs(40),
+        condition("True"),
+    )
+    .await;
+}

@@ -991,37 +991,30 @@ impl RefuseInventories {
         guard
     }
 
-    /// Lifts the refusal (the binding goes; nothing in the namespace changes).
-    fn lift(&self) {
-        for kind in [
+    /// Deletes the binding and the policy; true when kubectl did.
+    fn delete(&self) -> bool {
+        [
             "validatingadmissionpolicybinding",
             "validatingadmissionpolicy",
-        ] {
-            let out = std::process::Command::new("kubectl")
+        ]
+        .iter()
+        .all(|kind| {
+            std::process::Command::new("kubectl")
                 .args(["delete", kind, &self.name, "--ignore-not-found"])
-                .output()
-                .expect("kubectl runs");
-            assert!(out.status.success(), "{out:?}");
-        }
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+    }
+
+    /// Lifts the refusal (nothing in the namespace changes).
+    fn lift(&self) {
+        assert!(self.delete(), "kubectl delete the policy {}", self.name);
     }
 }
 
 impl Drop for RefuseInventories {
     fn drop(&mut self) {
-        for kind in [
-            "validatingadmissionpolicybinding",
-            "validatingadmissionpolicy",
-        ] {
-            let _ = std::process::Command::new("kubectl")
-                .args([
-                    "delete",
-                    kind,
-                    &self.name,
-                    "--ignore-not-found",
-                    "--wait=false",
-                ])
-                .status();
-        }
+        self.delete();
     }
 }
 

@@ -769,6 +769,11 @@ fn count_error(metrics: &Metrics) {
         .inc();
 }
 
+/// The API server refused a create because the namespace is being deleted.
+fn namespace_being_deleted(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(e) if e.code == 403 && e.message.contains("being terminated"))
+}
+
 /// Rebuilds what `dirty` names. Returns the namespaces whose inventory could not be written
 /// (the rest of the rebuild stands); an error fails the rebuild as a whole.
 async fn rebuild(
@@ -819,9 +824,7 @@ async fn rebuild(
                     // The namespace store lags its deletion: a namespace being deleted
                     // refuses new objects, and its Deployments go with it. That stops
                     // nothing else.
-                    Err(kube::Error::Api(e))
-                        if e.code == 403 && e.message.contains("being terminated") =>
-                    {
+                    Err(e) if namespace_being_deleted(&e) => {
                         tracing::debug!(namespace = %after.namespace, "namespace being deleted; no revision");
                     }
                     Err(e) => return Some(e),
@@ -865,7 +868,7 @@ async fn rebuild(
         let parts = match write_inventory(shared, cd, ns, status).await {
             Ok(n) => n,
             // The namespace store lags its deletion (see the revisions above).
-            Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("being terminated") => {
+            Err(e) if namespace_being_deleted(&e) => {
                 tracing::debug!(namespace = %ns, "namespace being deleted; no inventory");
                 continue;
             }

@@ -63,6 +63,21 @@ impl Discovery {
     }
 }
 
+impl Discovery {
+    /// Waits until the status has condition `type_` with `status`, returning the status.
+    async fn wait_condition(&self, type_: &str, status: &str, within: Duration) -> Value {
+        wait_for(&format!("{type_}={status}"), within, || async {
+            let s = self.status().await;
+            s["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == type_ && c["status"] == status)
+                .then_some(s)
+        })
+        .await
+    }
+}
+
 impl Drop for Discovery {
     fn drop(&mut self) {
         let _ = std::process::Command::new("kubectl")
@@ -160,19 +175,9 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     );
 
     // Every namespace gets an inventory, and the cluster status counts them.
-    let s = wait_for(
-        "the ClusterDiscovery to be Ready",
-        Duration::from_secs(40),
-        || async {
-            let s = discovery.status().await;
-            s["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                .then_some(s)
-        },
-    )
-    .await;
+    let s = discovery
+        .wait_condition("Ready", "True", Duration::from_secs(40))
+        .await;
     // Without the opt-in Helm role the refused Secret watch is HelmAccess's business, not a
     // missing permission of the manager: it stays Ready.
     assert_eq!(
@@ -588,15 +593,9 @@ async fn helm_releases_are_published_sanitised_and_the_password_goes_nowhere() {
         "{inv}"
     );
     // A rebuild writes the ClusterDiscovery status after the namespaces' inventories.
-    wait_for("HelmAccess=True", Duration::from_secs(30), || async {
-        let s = discovery.status().await;
-        s["conditions"]
-            .as_array()?
-            .iter()
-            .any(|c| c["type"] == "HelmAccess" && c["status"] == "True")
-            .then_some(())
-    })
-    .await;
+    discovery
+        .wait_condition("HelmAccess", "True", Duration::from_secs(30))
+        .await;
 
     // The password is in no Moonin object, no Event and no log line.
     let mut published = String::new();
@@ -890,19 +889,9 @@ async fn failing_pods_scaled_objects_and_a_split_inventory() {
         expected.len(),
         "each Deployment is in exactly one part"
     );
-    let s = wait_for(
-        "Truncated=True on the ClusterDiscovery",
-        Duration::from_secs(30),
-        || async {
-            let s = discovery.status().await;
-            s["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "Truncated" && c["status"] == "True")
-                .then_some(s)
-        },
-    )
-    .await;
+    let s = discovery
+        .wait_condition("Truncated", "True", Duration::from_secs(30))
+        .await;
     let truncated = s["conditions"]
         .as_array()
         .expect("conditions")
@@ -1044,31 +1033,14 @@ async fn a_refused_inventory_write_is_retried_without_a_change_in_the_namespace(
     )
     .await;
     assert!(api.get_opt("inventory").await.expect("get").is_none());
-    let condition = |status: &'static str| {
-        let discovery = &discovery;
-        move || async move {
-            let s = discovery.status().await;
-            s["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "InventoryComplete" && c["status"] == status)
-                .then_some(())
-        }
-    };
-    wait_for(
-        "InventoryComplete=False",
-        Duration::from_secs(20),
-        condition("False"),
-    )
-    .await;
+    discovery
+        .wait_condition("InventoryComplete", "False", Duration::from_secs(20))
+        .await;
 
     // Lifted, with nothing changed in the namespace: the retry writes it.
     refusal.lift();
     inventory_where(&rig, "the inventory, written on retry", |_| true).await;
-    wait_for(
-        "InventoryComplete=True",
-        Duration::from_secs(40),
-        condition("True"),
-    )
-    .await;
+    discovery
+        .wait_condition("InventoryComplete", "True", Duration::from_secs(40))
+        .await;
 }

@@ -5,5 +5,6 @@
 pub mod api;
 pub mod discovery;
 pub mod manager;
+pub mod runtime;
 pub mod sandbox;
 pub mod scaling;

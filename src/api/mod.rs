@@ -69,39 +69,61 @@ pub fn crd_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_yaml::Er
 pub(crate) mod schema {
     use schemars::{Schema, SchemaGenerator, json_schema};
 
-    /// An embedded Pod template. The full Pod schema is several hundred KiB, so the CRD
-    /// declares only what Moonin relies on and keeps the rest opaque; the API server
-    /// validates the whole Pod when a sandbox is created from it.
-    pub fn pod_template(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "object",
-            "description": "A Pod template (metadata and spec), exactly as in a Deployment's spec.template. The API server validates it in full when sandbox Pods are created.",
-            "required": ["spec"],
-            "properties": {
-                "metadata": {
-                    "type": "object",
-                    "description": "Labels and annotations every sandbox Pod gets.",
-                    "x-kubernetes-preserve-unknown-fields": true
-                },
-                "spec": {
-                    "type": "object",
-                    "description": "The Pod spec of every sandbox (containers, volumes, resources, ...).",
-                    "x-kubernetes-preserve-unknown-fields": true,
-                    "required": ["containers"],
-                    "properties": {
-                        "containers": {
-                            "type": "array",
-                            "description": "The sandbox's containers, as in a Pod spec.",
-                            "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
-                        }
+    /// An embedded Pod template, with the full structural schema of Kubernetes'
+    /// `PodTemplateSpec`: the API server refuses a wrong type anywhere in it (an image that
+    /// is a number, a quantity that is a list) at `kubectl apply`, with its own message, and
+    /// `kubectl explain` documents every field. Two changes keep the CRD small enough for a
+    /// client-side `kubectl apply` (its last-applied annotation holds at most 256 KiB):
+    /// `metadata` keeps only `labels` and `annotations` (what a sandbox Pod takes from its
+    /// template), and each description is cut to its first sentence.
+    pub fn pod_template(generator: &mut SchemaGenerator) -> Schema {
+        let mut schema = generator
+            .subschema_for::<k8s_openapi::api::core::v1::PodTemplateSpec>()
+            .to_value();
+        if let Some(meta) = schema.pointer_mut("/properties/metadata/properties")
+            && let Some(props) = meta.as_object_mut()
+        {
+            props.retain(|k, _| k == "labels" || k == "annotations");
+        }
+        if let Some(meta) = schema.pointer_mut("/properties/metadata") {
+            meta["description"] = "Labels and annotations every sandbox Pod gets.".into();
+        }
+        first_sentences(&mut schema);
+        schema["description"] =
+            "A Pod template (metadata and spec), as in a Deployment's spec.template.".into();
+        schema["required"] = serde_json::json!(["spec"]);
+        schema["x-kubernetes-validations"] = serde_json::json!([{
+            "rule": "self.spec.containers.size() > 0",
+            "message": "the Pod template needs at least one container in spec.containers"
+        }]);
+        Schema::try_from(schema).unwrap_or_else(|_| json_schema!({"type": "object"}))
+    }
+
+    /// Cuts every description in `v` to its first sentence (the upstream ones run to pages).
+    fn first_sentences(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(o) => {
+                for (k, child) in o.iter_mut() {
+                    match (k.as_str(), child) {
+                        ("description", serde_json::Value::String(d)) => *d = first_sentence(d),
+                        // A property called `description` is a schema, not a text.
+                        (_, child) => first_sentences(child),
                     }
                 }
-            },
-            "x-kubernetes-validations": [{
-                "rule": "self.spec.containers.size() > 0",
-                "message": "the Pod template needs at least one container in spec.containers"
-            }]
-        })
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(first_sentences),
+            _ => {}
+        }
+    }
+
+    /// The first sentence of a description: up to the first `. ` or the end of the first
+    /// paragraph.
+    fn first_sentence(d: &str) -> String {
+        let para = d.split("\n\n").next().unwrap_or(d).trim();
+        match para.find(". ") {
+            Some(i) => para[..=i].to_string(),
+            None => para.to_string(),
+        }
     }
 
     /// Standard conditions: a list-map keyed by `type`, as Kubernetes API conventions ask.

@@ -581,4 +581,7 @@ pub mod reasons {
     pub const ENV_NOT_FOUND: &str = "EnvNotFound";
     /// Claim `Ready=False`: the pool exists; the claim waits for an idle Pod.
     pub const QUEUED: &str = "Queued";
+    /// Env `Ready=False`, `Stalled=True`: the API server refused a member's SandboxPool
+    /// (for example its name or template); the message quotes it.
+    pub const POOL_APPLY_FAILED: &str = "PoolApplyFailed";
 }

@@ -11,14 +11,12 @@ use std::{
     time::Duration,
 };
 
-use futures::{FutureExt, StreamExt, future::BoxFuture};
+use futures::{StreamExt, future::BoxFuture};
 use jiff::Timestamp;
 use k8s_openapi::api::{
     apps::v1::{Deployment, ReplicaSet},
-    autoscaling::v2::HorizontalPodAutoscaler,
-    batch::v1::{CronJob, Job},
     coordination::v1::Lease,
-    core::v1::{Namespace, Node, Pod, Secret},
+    core::v1::{Namespace, Secret},
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -27,7 +25,7 @@ use kube::{
     runtime::{
         WatchStreamExt,
         events::{Event, EventType, Recorder, Reporter},
-        reflector::{self, Store},
+        reflector::Store,
         watcher,
     },
 };
@@ -38,7 +36,7 @@ use super::{
     view::{
         self, CronJobView, DeploymentView, HpaView, JobView, NodeView, PodView, ScaledObjectView,
     },
-    watch::{Change, OnChange, Projections, projections, projections_with},
+    watch::{Change, OnChange, Projections, all_valid, projections, projections_with},
 };
 use crate::api::{
     conditions::{self, Desired, types},
@@ -54,7 +52,8 @@ use crate::manager::{
     http::Readiness,
     metrics::{ControllerLabels, ErrorLabels, Metrics},
 };
-use crate::scaling::keda::{self, ScaledObject};
+use crate::runtime::{cache, decode::Decoded, errors::brief, invalid};
+use crate::scaling::keda;
 
 /// The controller's name on the command line and in metrics.
 pub const CONTROLLER: &str = "discovery";
@@ -104,6 +103,12 @@ pub mod condition_reasons {
     pub const UNREACHABLE: &str = "Unreachable";
     /// `Ready` of a WorkloadRevision.
     pub const RECORDED: &str = "Recorded";
+    /// `Ready=False` of a WorkloadRevision that Moonin's discovery did not write: it is not
+    /// part of the change log.
+    pub const NOT_RECORDED: &str = "NotRecorded";
+    /// `Ready=False`, `Stalled=True` of a ClusterDiscovery that is not the oldest: another
+    /// one is in charge of the cluster.
+    pub const NOT_IN_CHARGE: &str = "NotInCharge";
     /// `moonin_reconcile_errors_total`: a rebuild failed on an API error.
     pub const API_ERROR: &str = "ApiError";
 }
@@ -141,20 +146,42 @@ struct RevView {
     workload: String,
     revision: i64,
     observed_at: Timestamp,
-    /// Its status says `Ready` (a process that died between the create and the status
-    /// patch leaves a record without it).
-    ready: bool,
+    /// Its `Ready` condition's reason, if any (a process that died between the create and
+    /// the status patch leaves a record without it).
+    reason: Option<String>,
+    /// Who created it, when not Moonin's discovery: such a record is not part of the
+    /// change log (it is reported, and never counted, marked or pruned).
+    foreign: Option<String>,
+}
+
+impl RevView {
+    /// Recorded by this controller and marked so.
+    fn ready(&self) -> bool {
+        self.reason.as_deref() == Some(condition_reasons::RECORDED)
+    }
 }
 
 fn rev_view(r: &WorkloadRevision) -> RevView {
+    let managers: Vec<&str> = r
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.as_deref())
+        .collect();
     RevView {
         name: r.name_any(),
         workload: r.spec.workload.name.clone(),
         revision: r.spec.revision,
         observed_at: r.spec.observed_at.0,
-        ready: r.status.as_ref().is_some_and(|s| {
-            conditions::has_reason(&s.conditions, types::READY, condition_reasons::RECORDED)
+        reason: r.status.as_ref().and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == types::READY)
+                .map(|c| c.reason.clone())
         }),
+        foreign: (!managers.contains(&field_manager::DISCOVERY))
+            .then(|| managers.first().unwrap_or(&"unknown").to_string()),
     }
 }
 
@@ -268,8 +295,6 @@ fn watch_config() -> watcher::Config {
 pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     let shutdown = ctx.shutdown.clone();
-    let (inventories, inv_writer) = reflector::store::<NamespaceInventory>();
-    let (discoveries, disc_writer) = reflector::store::<ClusterDiscovery>();
 
     // The stores call back into `Shared`, which holds them: the callbacks find it here
     // once it exists (changes before that are covered by the first full rebuild).
@@ -326,50 +351,66 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         }
     }
 
+    // A WorkloadRevision Moonin did not write is reported when its namespace is rebuilt.
+    fn revision_changed(s: &Shared, c: Change<'_, RevView>) {
+        if let Change::Object {
+            key,
+            after: Some(r),
+            ..
+        } = c
+            && r.foreign.is_some()
+            && r.reason.as_deref() != Some(condition_reasons::NOT_RECORDED)
+        {
+            mark(s, |d| {
+                d.namespaces.insert(key.0.clone());
+            });
+        }
+    }
+
     let (nodes, nodes_drive) = projections(
-        Api::<Node>::all(client.clone()),
+        client.clone(),
         watch_config(),
         view::node,
         via(&late, cluster_wide::<NodeView>),
     );
     let (namespaces, ns_drive) = projections(
-        Api::<Namespace>::all(client.clone()),
+        client.clone(),
         watch_config(),
         |n: &Namespace| (n.name_any(), n.metadata.deletion_timestamp.is_some()),
         via(&late, namespaces_changed),
     );
     let (deployments, dep_drive) = projections(
-        Api::<Deployment>::all(client.clone()),
+        client.clone(),
         watch_config(),
         |d: &Deployment| Arc::new(view::deployment(d)),
         via(&late, deployment_changed),
     );
     let (replica_sets, rs_drive) = projections(
-        Api::<ReplicaSet>::all(client.clone()),
+        client.clone(),
         watch_config(),
         rs_view,
         via(&late, by_namespace::<RsView>),
     );
     let (pods, pod_drive) = projections(
-        Api::<Pod>::all(client.clone()),
+        client.clone(),
         watch_config(),
         view::pod,
         via(&late, by_namespace::<PodView>),
     );
     let (jobs, job_drive) = projections(
-        Api::<Job>::all(client.clone()),
+        client.clone(),
         watch_config(),
         view::job,
         via(&late, by_namespace::<JobView>),
     );
     let (cron_jobs, cj_drive) = projections(
-        Api::<CronJob>::all(client.clone()),
+        client.clone(),
         watch_config(),
         view::cron_job,
         via(&late, by_namespace::<CronJobView>),
     );
     let (hpas, hpa_drive) = projections(
-        Api::<HorizontalPodAutoscaler>::all(client.clone()),
+        client.clone(),
         watch_config(),
         view::hpa,
         via(&late, by_namespace::<HpaView>),
@@ -377,7 +418,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     let mut keda_drive = None;
     let scaled_objects = if keda::installed(&client).await {
         let (store, drive) = projections(
-            Api::<ScaledObject>::all(client.clone()),
+            client.clone(),
             watch_config(),
             view::scaled_object,
             via(&late, by_namespace::<ScaledObjectView>),
@@ -391,40 +432,51 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         None
     };
     let (revisions, rev_drive) = projections(
-        Api::<WorkloadRevision>::all(client.clone()),
+        client.clone(),
         watch_config(),
         rev_view,
-        Box::new(|_| {}),
+        via(&late, revision_changed),
     );
     let (helm_secrets, helm_writer) = projections_meta(client.clone(), &late);
-    let inv_drive = reflector::reflector(
-        inv_writer,
-        watcher(
-            Api::<NamespaceInventory>::all(client.clone()),
-            watch_config(),
-        )
-        .default_backoff(),
-    )
-    .for_each(|e| {
-        report_watch("NamespaceInventory", &e);
-        futures::future::ready(())
-    })
-    .boxed();
-    let disc_drive = reflector::reflector(
-        disc_writer,
-        watcher(Api::<ClusterDiscovery>::all(client.clone()), watch_config()).default_backoff(),
-    )
-    .for_each({
-        let late = late.clone();
-        move |e| {
-            report_watch("ClusterDiscovery", &e);
-            if let Some(s) = late.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-                mark(&s, |d| d.cluster = true);
-            }
-            futures::future::ready(())
-        }
-    })
-    .boxed();
+    // An inventory someone else wrote is taken over or deleted by its namespace's rebuild.
+    let (inventories, inv_drive) = cache::cache::<NamespaceInventory>(
+        client.clone(),
+        watch_config(),
+        |i| cache::strip_last_applied(&mut i.metadata),
+        vec![{
+            let late = late.clone();
+            Box::new(move |i: &NamespaceInventory| {
+                let ours = i
+                    .metadata
+                    .managed_fields
+                    .iter()
+                    .flatten()
+                    .any(|m| m.manager.as_deref() == Some(field_manager::DISCOVERY));
+                if let (false, Some(ns), Some(s)) = (
+                    ours,
+                    i.namespace(),
+                    late.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+                ) {
+                    mark(&s, |d| {
+                        d.namespaces.insert(ns);
+                    });
+                }
+            })
+        }],
+    );
+    let (discoveries, disc_drive) = cache::cache::<ClusterDiscovery>(
+        client.clone(),
+        watch_config(),
+        |d| cache::strip_last_applied(&mut d.metadata),
+        vec![{
+            let late = late.clone();
+            Box::new(move |_: &ClusterDiscovery| {
+                if let Some(s) = late.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+                    mark(&s, |d| d.cluster = true);
+                }
+            })
+        }],
+    );
 
     let shared = Arc::new(Shared {
         client: client.clone(),
@@ -461,7 +513,28 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     });
     *late.lock().unwrap_or_else(|e| e.into_inner()) = Some(shared.clone());
 
-    let drives = futures::future::join_all(keda_drive.into_iter().chain([
+    // Discovery's own kinds that do not decode get `InvalidSpec`.
+    let reporters: [BoxFuture<'static, ()>; 3] = [
+        Box::pin(invalid::report::<ClusterDiscovery>(
+            client.clone(),
+            ctx.leadership.clone(),
+            shared.recorder.clone(),
+            shutdown.clone(),
+        )),
+        Box::pin(invalid::report::<NamespaceInventory>(
+            client.clone(),
+            ctx.leadership.clone(),
+            shared.recorder.clone(),
+            shutdown.clone(),
+        )),
+        Box::pin(invalid::report::<WorkloadRevision>(
+            client.clone(),
+            ctx.leadership.clone(),
+            shared.recorder.clone(),
+            shutdown.clone(),
+        )),
+    ];
+    let drives = futures::future::join_all(keda_drive.into_iter().chain(reporters).chain([
         nodes_drive,
         ns_drive,
         dep_drive,
@@ -497,13 +570,6 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         _ = shutdown.cancelled() => {}
     }
     Ok(())
-}
-
-fn report_watch<T>(kind: &str, event: &Result<T, watcher::Error>) {
-    match event {
-        Ok(_) => access::watch_ok(kind),
-        Err(e) => access::watch_failed(kind, e),
-    }
 }
 
 /// The metadata-only watch of Helm release Secrets (`owner=helm`): their data never
@@ -560,7 +626,7 @@ fn projections_meta(
                     let denied = match event {
                         Err(e) if access::forbidden(e).is_some() => Some(true),
                         Err(e) => {
-                            tracing::warn!(error = %e, "Helm release Secrets: watch error; retrying");
+                            tracing::warn!(error = %crate::runtime::errors::brief_watch(e), "Helm release Secrets: watch error; retrying");
                             None
                         }
                         // `Init` comes before the list: only data says the list was allowed.
@@ -583,7 +649,10 @@ fn projections_meta(
             Some((round, refused))
         }
     });
-    let events: Events = rounds.flat_map(|round| round).boxed();
+    let events = rounds
+        .flat_map(|round| round)
+        .map(|e| e.map(all_valid))
+        .boxed();
     let late = late.clone();
     projections_with(
         events,
@@ -736,7 +805,7 @@ async fn rebuild_loop(shared: Arc<Shared>) {
         count_error(metrics);
         let wait = backoff(failures);
         failures += 1;
-        tracing::warn!(%error, retry_in_secs = wait.as_secs(), "discovery rebuild failed; retrying");
+        tracing::warn!(error = %brief(&error), retry_in_secs = wait.as_secs(), "discovery rebuild failed; retrying");
         tokio::time::sleep(wait).await;
         // Nothing is dropped: the work goes back (what was written meanwhile is not
         // written again), and a failed full rebuild is done in full again.
@@ -853,10 +922,11 @@ async fn rebuild(
             if live.contains(ns)
                 && let Err(e) = delete_parts(shared, ns, 0).await
             {
-                tracing::warn!(namespace = %ns, error = %e, "deleting the inventory of an excluded namespace failed");
+                tracing::warn!(namespace = %ns, error = %brief(&e), "deleting the inventory of an excluded namespace failed");
             }
             continue;
         }
+        report_foreign_revisions(shared, ns).await?;
         let status = namespace_inventory(shared, ns, helm_enabled).await;
         progress.signals.insert(
             ns.clone(),
@@ -874,7 +944,7 @@ async fn rebuild(
             }
             // One namespace's failure does not stop the others; it is retried by itself.
             Err(e) => {
-                tracing::warn!(namespace = %ns, error = %e, "writing the inventory failed");
+                tracing::warn!(namespace = %ns, error = %brief(&e), "writing the inventory failed");
                 unwritten.insert(ns.clone());
                 continue;
             }
@@ -888,7 +958,108 @@ async fn rebuild(
         progress.refused.remove(ns);
     }
     write_cluster_status(shared, cd, &live, &excluded, progress).await?;
+    report_not_in_charge(shared, cd).await?;
     Ok(unwritten)
+}
+
+/// Gives each WorkloadRevision of `ns` that Moonin's discovery did not write
+/// `Ready=False/NotRecorded`: it looks like a change record but is not one.
+async fn report_foreign_revisions(shared: &Shared, ns: &str) -> Result<(), kube::Error> {
+    let api: Api<Decoded<WorkloadRevision>> = Api::namespaced(shared.client.clone(), ns);
+    for r in shared.stores.revisions.in_namespace(ns) {
+        let Some(author) = &r.foreign else { continue };
+        if r.reason.as_deref() == Some(condition_reasons::NOT_RECORDED) {
+            continue;
+        }
+        let ready = Desired::new(
+            types::READY,
+            false,
+            condition_reasons::NOT_RECORDED,
+            format!(
+                "created by {author}, not by Moonin's discovery: it is not part of the change log"
+            ),
+        );
+        let body = json!({"status": {
+            "observedGeneration": 1,
+            "conditions": conditions::merge(&[], &[ready], Some(1), Timestamp::now()),
+        }});
+        shared
+            .ctx
+            .metrics
+            .wrote(CONTROLLER, "WorkloadRevision/status");
+        let pp = PatchParams {
+            field_manager: Some(field_manager::DISCOVERY.to_string()),
+            ..PatchParams::default()
+        };
+        match api.patch_status(&r.name, &pp, &Patch::Merge(&body)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Gives every ClusterDiscovery but the one in charge (the oldest) `Ready=False` and
+/// `Stalled=True` with reason `NotInCharge`, so a second one does not look like it works.
+async fn report_not_in_charge(shared: &Shared, cd: &ClusterDiscovery) -> Result<(), kube::Error> {
+    let api: Api<ClusterDiscovery> = Api::all(shared.client.clone());
+    for other in shared.stores.discoveries.state() {
+        if other.uid() == cd.uid() || other.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let message = format!(
+            "ClusterDiscovery {} is in charge of this cluster (the oldest); this one does nothing until it is the oldest",
+            cd.name_any()
+        );
+        let current = other.status.clone().unwrap_or_default();
+        let next = conditions::merge(
+            &current.conditions,
+            &[
+                Desired::new(
+                    types::READY,
+                    false,
+                    condition_reasons::NOT_IN_CHARGE,
+                    message.clone(),
+                ),
+                Desired::new(
+                    types::STALLED,
+                    true,
+                    condition_reasons::NOT_IN_CHARGE,
+                    message,
+                ),
+            ],
+            other.metadata.generation,
+            Timestamp::now(),
+        );
+        if conditions::equal_ignoring_time(&current.conditions, &next)
+            && current.observed_generation == other.metadata.generation
+        {
+            continue;
+        }
+        let body = json!({
+            "apiVersion": "moonin.io/v1alpha1",
+            "kind": "ClusterDiscovery",
+            "status": {"observedGeneration": other.metadata.generation, "conditions": next},
+        });
+        shared
+            .ctx
+            .metrics
+            .wrote(CONTROLLER, "ClusterDiscovery/status");
+        match api
+            .patch_status(
+                &other.name_any(),
+                &PatchParams::apply(field_manager::DISCOVERY).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// One namespace's inventory, unsplit; reports new signals as Warning Events.
@@ -1074,7 +1245,7 @@ async fn report_signals(
             secondary: None,
         };
         if let Err(err) = shared.recorder.publish(&e, &regarding).await {
-            tracing::warn!(error = %err, %reason, "could not publish an Event");
+            tracing::warn!(error = %brief(&err), %reason, "could not publish an Event");
         }
     }
 }
@@ -1127,7 +1298,7 @@ async fn helm_releases(shared: &Shared, ns: &str) -> Vec<(String, HelmRelease, H
                 continue;
             }
             Err(e) => {
-                tracing::warn!(namespace = ns, secret = %s.name, error = %e, "reading a Helm release Secret failed");
+                tracing::warn!(namespace = ns, secret = %s.name, error = %brief(&e), "reading a Helm release Secret failed");
                 continue;
             }
         };
@@ -1273,7 +1444,10 @@ async fn write_inventory(
 async fn delete_parts(shared: &Shared, ns: &str, n: usize) -> Result<(), kube::Error> {
     let api: Api<NamespaceInventory> = Api::namespaced(shared.client.clone(), ns);
     for old in shared.stores.inventories.state() {
-        if old.namespace().as_deref() != Some(ns) || old.spec.part < n as i32 {
+        // A part is known by its name (`inventory`, `inventory-<i>`; admission allows no
+        // other), whatever its spec says: one someone else wrote goes as well.
+        let index = inventory::part_of(&old.name_any());
+        if old.namespace().as_deref() != Some(ns) || index.is_some_and(|i| i < n) {
             continue;
         }
         shared.ctx.metrics.wrote(CONTROLLER, "NamespaceInventory");
@@ -1286,7 +1460,7 @@ async fn delete_parts(shared: &Shared, ns: &str, n: usize) -> Result<(), kube::E
             .written
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&(ns.to_string(), old.spec.part));
+            .remove(&(ns.to_string(), index.map_or(-1, |i| i as i32)));
     }
     Ok(())
 }
@@ -1320,13 +1494,13 @@ async fn record_revision(
         .revisions
         .in_namespace(&after.namespace)
         .into_iter()
-        .filter(|r| r.workload == after.name)
+        .filter(|r| r.workload == after.name && r.foreign.is_none())
         .collect();
     let api: Api<WorkloadRevision> = Api::namespaced(shared.client.clone(), &after.namespace);
     // Records an earlier process created but did not get to mark: looked for when this
     // process first sees the Deployment (later, the store may simply not show our own
     // status patch yet).
-    for r in existing.iter().filter(|r| before.is_none() && !r.ready) {
+    for r in existing.iter().filter(|r| before.is_none() && !r.ready()) {
         mark_recorded(shared, &api, &r.name, now).await?;
     }
     let spec = match &before {
@@ -1553,6 +1727,8 @@ async fn write_cluster_status(
             ),
         ),
         api_condition,
+        // In charge: whatever said otherwise while an older one was is over.
+        Desired::new(types::STALLED, false, conditions::reasons::RECONCILED, ""),
         Desired::new(
             condition_types::INVENTORY_COMPLETE,
             complete,

@@ -290,8 +290,28 @@ pub fn split(status: NamespaceInventoryStatus, max_bytes: usize) -> Vec<Namespac
     parts
 }
 
+/// The part a NamespaceInventory's name stands for: `inventory` is 0, `inventory-<i>` is
+/// `i`; `None` for any other name.
+pub fn part_of(name: &str) -> Option<usize> {
+    match name.strip_prefix("inventory") {
+        Some("") => Some(0),
+        Some(rest) => rest.strip_prefix('-')?.parse().ok(),
+        None => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_part_is_known_by_its_name() {
+        assert_eq!(part_of("inventory"), Some(0));
+        assert_eq!(part_of("inventory-7"), Some(7));
+        assert_eq!(part_of("inventory-x"), None);
+        assert_eq!(part_of("inventoryx"), None);
+        assert_eq!(part_of("other"), None);
+    }
+
     use super::*;
     use jiff::Timestamp;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;

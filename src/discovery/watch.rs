@@ -8,9 +8,10 @@ use std::{
 };
 
 use crate::manager::access;
+use crate::runtime::{decode::Decoded, invalid};
 use futures::{FutureExt, StreamExt, future::BoxFuture, stream::BoxStream};
 use kube::{
-    Api, Resource, ResourceExt,
+    Api, Resource,
     runtime::{WatchStreamExt, watcher},
 };
 
@@ -110,30 +111,28 @@ fn namespace<'a, V>(
         .take_while(move |(k, _)| k.0 == ns)
 }
 
-/// A projection store of `K` reduced by `project`, and the future that drives its watch
-/// (poll it as long as the store is used).
+/// A projection store of every `K` in the cluster reduced by `project`, and the future that
+/// drives its watch (poll it as long as the store is used). Objects are decoded one by one:
+/// one that does not decode is recorded in [`invalid`] and left out of the store.
 pub fn projections<K, V>(
-    api: Api<K>,
+    client: kube::Client,
     config: watcher::Config,
     project: fn(&K) -> V,
     on_change: OnChange<V>,
 ) -> (Projections<V>, BoxFuture<'static, ()>)
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: crate::runtime::cache::Cached,
     V: Clone + PartialEq + Send + Sync + 'static,
 {
     let kind = K::kind(&()).to_string();
     projections_with(
-        watcher(api, config)
+        watcher(Api::<Decoded<K>>::all(client), config)
             .default_backoff()
             .inspect(move |event| match event {
-                Ok(_) => access::watch_ok(&kind),
+                Ok(e) => {
+                    invalid::observe(e);
+                    access::watch_ok(&kind)
+                }
                 Err(e) => access::watch_failed(&kind, e),
             })
             .boxed(),
@@ -142,11 +141,25 @@ where
     )
 }
 
+/// Every object of a watch stream that needs no decoding of its own (a metadata-only
+/// watch) as [`Decoded::Valid`].
+pub fn all_valid<K>(event: watcher::Event<K>) -> watcher::Event<Decoded<K>> {
+    use watcher::Event::*;
+    match event {
+        Init => Init,
+        InitApply(k) => InitApply(Decoded::Valid(k)),
+        InitDone => InitDone,
+        Apply(k) => Apply(Decoded::Valid(k)),
+        Delete(k) => Delete(Decoded::Valid(k)),
+    }
+}
+
 /// A projection store fed by any watch stream (for example a metadata-only watch). Unlike
 /// [`projections`], a refused watch is not reported as a missing permission here: the
-/// caller decides (an opt-in watch is not the manager's failure).
+/// caller decides (an opt-in watch is not the manager's failure). An object that does not
+/// decode is not in the store (a view of an earlier version is removed).
 pub fn projections_with<K, V>(
-    events: BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>,
+    events: BoxStream<'static, Result<watcher::Event<Decoded<K>>, watcher::Error>>,
     project: fn(&K) -> V,
     on_change: OnChange<V>,
 ) -> (Projections<V>, BoxFuture<'static, ()>)
@@ -164,14 +177,27 @@ where
     };
     let drive = events
         .for_each(move |event| {
-            let key_of = |o: &K| (o.namespace().unwrap_or_default(), o.name_any());
+            let key_of = |m: &kube::api::ObjectMeta| {
+                (
+                    m.namespace.clone().unwrap_or_default(),
+                    m.name.clone().unwrap_or_default(),
+                )
+            };
+            // An object that no longer decodes is gone as far as the store is concerned.
+            let event = match event {
+                Ok(watcher::Event::Apply(o @ Decoded::Invalid(_))) => {
+                    Ok(watcher::Event::Delete(o))
+                }
+                other => other,
+            };
             match event {
+                Ok(watcher::Event::InitApply(Decoded::Invalid(_))) => {}
                 Ok(watcher::Event::Init) => {
                     let mut g = inner.write().unwrap_or_else(|e| e.into_inner());
                     g.next = Some(BTreeMap::new());
                 }
-                Ok(watcher::Event::InitApply(o)) => {
-                    let key = key_of(&o);
+                Ok(watcher::Event::InitApply(Decoded::Valid(o))) => {
+                    let key = key_of(o.meta());
                     let view = project(&o);
                     let mut g = inner.write().unwrap_or_else(|e| e.into_inner());
                     g.next.get_or_insert_with(BTreeMap::new).insert(key, view);
@@ -209,8 +235,8 @@ where
                     drop(g);
                     on_change(Change::Synced);
                 }
-                Ok(watcher::Event::Apply(o)) => {
-                    let key = key_of(&o);
+                Ok(watcher::Event::Apply(Decoded::Valid(o))) => {
+                    let key = key_of(o.meta());
                     let view = project(&o);
                     let before = {
                         let mut g = inner.write().unwrap_or_else(|e| e.into_inner());
@@ -224,8 +250,8 @@ where
                         });
                     }
                 }
-                Ok(watcher::Event::Delete(o)) => {
-                    let key = key_of(&o);
+                Ok(watcher::Event::Delete(o)) | Ok(watcher::Event::Apply(o)) => {
+                    let key = key_of(o.meta());
                     let before = {
                         let mut g = inner.write().unwrap_or_else(|e| e.into_inner());
                         g.map.remove(&key)
@@ -236,7 +262,8 @@ where
                         after: None,
                     });
                 }
-                Err(e) => tracing::warn!(error = %e, "watch error; retrying"),
+                // The caller reports watch errors (see [`projections`]).
+                Err(e) => tracing::debug!(error = %crate::runtime::errors::brief_watch(&e), "watch error; retrying"),
             }
             futures::future::ready(())
         })
@@ -273,6 +300,12 @@ mod tests {
     /// Feeds `events` through a store; returns it and what it reported, as
     /// `key before→after` lines and `synced`.
     async fn feed(events: Vec<watcher::Event<ConfigMap>>) -> (Projections<String>, Vec<String>) {
+        feed_decoded(events.into_iter().map(all_valid).collect()).await
+    }
+
+    async fn feed_decoded(
+        events: Vec<watcher::Event<Decoded<ConfigMap>>>,
+    ) -> (Projections<String>, Vec<String>) {
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
         let log = seen.clone();
         let (store, drive) = projections_with(
@@ -361,5 +394,26 @@ mod tests {
                 ("new".to_string(), "1".to_string())
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn an_object_that_stops_decoding_leaves_the_store() {
+        use watcher::Event::*;
+        let bad = || {
+            crate::runtime::decode::decode::<ConfigMap>(serde_json::json!({
+                "metadata": {"name": "x", "namespace": "a"},
+                "data": {"v": ["not", "a", "string"]},
+            }))
+        };
+        let (store, seen) = feed_decoded(vec![
+            Init,
+            InitApply(Decoded::Valid(cm("a", "x", "1"))),
+            InitApply(bad()),
+            InitDone,
+            Apply(bad()),
+        ])
+        .await;
+        assert_eq!(seen, ["a/x -→1", "synced", "a/x 1→-"]);
+        assert!(store.get("a", "x").is_none());
     }
 }

@@ -21,6 +21,8 @@ use std::{
 
 use kube::runtime::watcher;
 
+use crate::runtime::errors::brief_watch;
+
 tokio::task_local! {
     /// The controller the current task runs (set by the manager around each controller).
     pub static CONTROLLER: &'static str;
@@ -56,7 +58,12 @@ pub fn forbidden(err: &watcher::Error) -> Option<&str> {
 /// error level; anything else is logged as a retry.
 pub fn watch_failed(kind: &str, err: &watcher::Error) {
     let Some(message) = forbidden(err) else {
-        tracing::warn!(%kind, error = %err, "watch error; retrying");
+        if matches!(err, watcher::Error::WatchError(s) if s.code == 410) {
+            // The watch's resourceVersion was compacted away: it relists, as designed.
+            tracing::debug!(%kind, error = %brief_watch(err), "watch expired; relisting");
+        } else {
+            tracing::warn!(%kind, error = %brief_watch(err), "watch error; retrying");
+        }
         return;
     };
     let controller = controller();

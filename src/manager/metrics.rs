@@ -39,6 +39,13 @@ pub struct RequestLabels {
     pub verb: String,
 }
 
+/// Labels of per-kind series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// The kind, e.g. `SandboxPool` or `Deployment`.
+    pub kind: String,
+}
+
 /// Labels of the build-info gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
@@ -63,6 +70,10 @@ pub struct Metrics {
     /// `moonin_api_requests_total{verb}`: every request the manager's client sent, reads
     /// included (a relist shows up as `list`).
     pub api_requests: Family<RequestLabels, Counter>,
+    /// `moonin_invalid_objects{kind}`: objects the watches cannot decode now (read from
+    /// [`crate::runtime::invalid`] at each scrape; a kind once seen stays, at 0).
+    invalid_objects: Family<KindLabels, Gauge>,
+    invalid_kinds: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
 }
 
 impl Default for Metrics {
@@ -116,6 +127,12 @@ impl Metrics {
             "Requests sent to the API server by the manager's client, per Kubernetes verb",
             api_requests.clone(),
         );
+        let invalid_objects = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "invalid_objects",
+            "Objects the manager's watches cannot decode, per kind: they are skipped (see the InvalidSpec condition and Events)",
+            invalid_objects.clone(),
+        );
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -135,6 +152,8 @@ impl Metrics {
             leader,
             api_writes,
             api_requests,
+            invalid_objects,
+            invalid_kinds: Arc::default(),
         }
     }
 
@@ -159,6 +178,16 @@ impl Metrics {
 
     /// The registry in the Prometheus text format.
     pub fn render(&self) -> String {
+        {
+            let counts = crate::runtime::invalid::counts();
+            let mut kinds = self.invalid_kinds.lock().unwrap_or_else(|e| e.into_inner());
+            kinds.extend(counts.keys().cloned());
+            for kind in kinds.iter() {
+                self.invalid_objects
+                    .get_or_create(&KindLabels { kind: kind.clone() })
+                    .set(counts.get(kind).copied().unwrap_or(0));
+            }
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);

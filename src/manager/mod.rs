@@ -2,7 +2,6 @@
 //! with health, readiness and metrics endpoints and a graceful shutdown.
 
 pub mod access;
-pub mod cache;
 pub mod controllers;
 pub mod http;
 pub mod leader;

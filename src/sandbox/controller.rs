@@ -38,14 +38,23 @@ use crate::api::{
     sandbox::{SandboxClaim, SandboxClaimStatus, SandboxEnv, SandboxPool, ScalingGroup, reasons},
 };
 use crate::manager::{
-    cache,
     controllers::{Context, Registered},
     http::Readiness,
     metrics::{ControllerLabels, Metrics},
 };
+use crate::runtime::{
+    backoff::Backoff,
+    cache,
+    decode::Decoded,
+    errors::{brief, is_conflict},
+    invalid,
+};
 
 /// The controller's name in metrics and logs.
 pub const CONTROLLER: &str = "sandbox";
+
+/// How long a claim waits unbound before its status says `Queued`.
+const QUEUED_AFTER: jiff::SignedDuration = jiff::SignedDuration::from_secs(2);
 
 /// The sandbox controllers, as the manager registers them.
 pub fn registered() -> Registered {
@@ -66,10 +75,6 @@ pub enum SandboxError {
     /// The API server refused a write.
     #[error("{0}")]
     Api(#[from] kube::Error),
-}
-
-fn conflict(e: &kube::Error) -> bool {
-    crate::scaling::commit::is_conflict(e)
 }
 
 /// Writes of this process the caches have not shown yet, per pool (`ns/name`): Pods
@@ -147,6 +152,15 @@ struct Shared {
     synced: std::sync::atomic::AtomicBool,
     /// Asks the claim controller to look at a claim again (a Pool it waited for appeared).
     claim_requests: futures::channel::mpsc::UnboundedSender<ObjectRef<SandboxClaim>>,
+    /// Status writes of the Pool, Claim and Env reconcilers to their own objects: their
+    /// echo does not wake the object again.
+    echoes: cache::Echoes,
+    /// Reconciles that failed on a refusal, per object (`Kind/ns/name`).
+    backoff: Backoff,
+    /// Pod creates a Pool's template drew refusals for, per Pool (`ns/name`).
+    create_backoff: Backoff,
+    /// The cluster this manager runs in (`--cluster-name`): an Env materialises its members.
+    cluster_name: String,
 }
 
 impl Shared {
@@ -173,7 +187,7 @@ impl Shared {
             secondary: None,
         };
         if let Err(err) = self.recorder.publish(&e, regarding).await {
-            tracing::warn!(error = %err, "could not publish an Event");
+            tracing::warn!(error = %brief(&err), "could not publish an Event");
         }
     }
 }
@@ -270,6 +284,12 @@ fn new_pod(pool: &SandboxPool, name: &str, now: Timestamp) -> Pod {
 }
 
 async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Action, SandboxError> {
+    let result = pool_pass(pool.clone(), ctx.clone()).await;
+    settled(&ctx, pool.as_ref(), result)
+}
+
+/// One reconcile of a Pool: its Pods, binds and releases, the autoscaler, the status.
+async fn pool_pass(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Action, SandboxError> {
     let labels = ControllerLabels {
         controller: CONTROLLER.to_string(),
     };
@@ -414,19 +434,29 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
         field_manager: Some(field_manager::SANDBOX.to_string()),
         ..PatchParams::default()
     };
-    // Conflicts retry at once from fresh caches; refusals (quota, a terminating namespace)
-    // back off.
-    let mut failed = false;
-    let mut create_error: Option<String> = None;
+    // Conflicts retry at once from fresh caches; refused creates (a template the API
+    // server rejects, a quota, a terminating namespace) back off per Pool: while a refusal
+    // is waited out, no create is sent and the refusal stands in the status unchanged.
+    let generation = pool.metadata.generation;
+    let clock = tokio::time::Instant::now();
+    let creates = plan.ops.iter().any(|o| matches!(o, PodOp::Create(_)));
+    let waiting = if creates {
+        ctx.create_backoff.waiting(&key, generation, clock)
+    } else {
+        // Nothing to create: whatever was refused is no longer asked for.
+        ctx.create_backoff.succeeded(&key);
+        None
+    };
+    let mut create_error: Option<String> = waiting.as_ref().map(|w| w.message.clone());
+    let mut create_retry: Option<Duration> = waiting.as_ref().map(|w| w.remaining);
+    let mut created = false;
     for op in &plan.ops {
         if !ctx.leader.is_leader() {
             return Ok(Action::await_change());
         }
         let now = Timestamp::now();
         match op {
-            // One refused create (quota, a terminating namespace, a template the API server
-            // rejects) stands for the rest of this round: the retry backs off instead of
-            // sending every remaining create to the same refusal.
+            // One refused create stands for the rest of this round (and for the backoff).
             PodOp::Create(_) if create_error.is_some() => {}
             PodOp::Create(pod_name) => {
                 ctx.in_flight
@@ -443,7 +473,7 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
                 };
                 ctx.wrote("Pod");
                 match pod_api.create(&params, &pod).await {
-                    Ok(_) => {}
+                    Ok(_) => created = true,
                     Err(kube::Error::Api(s)) if s.code == 409 => {}
                     Err(e) => {
                         ctx.in_flight
@@ -453,12 +483,20 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
                             .entry(key.clone())
                             .or_default()
                             .remove(pod_name);
-                        tracing::warn!(pool = %key, error = %e, "creating a sandbox Pod failed");
-                        create_error.get_or_insert(match &e {
-                            kube::Error::Api(s) => s.message.clone(),
-                            other => other.to_string(),
-                        });
-                        failed = true;
+                        // The generated name differs at every attempt: it stays out of the
+                        // message, so the status does not change from one refusal to the next.
+                        let message = pool::without_name(&brief(&e), pod_name);
+                        let step = ctx.create_backoff.failed(&key, generation, clock, &message);
+                        if step.counted {
+                            tracing::warn!(
+                                pool = %key,
+                                error = %message,
+                                retry_in_seconds = step.wait.as_secs(),
+                                "the API server refused a sandbox Pod"
+                            );
+                        }
+                        create_retry = Some(step.wait);
+                        create_error = Some(message);
                     }
                 }
             }
@@ -495,9 +533,9 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
                             retry = true;
                         }
                     }
-                    Err(e) if conflict(&e) => retry = true,
+                    Err(e) if is_conflict(&e) => retry = true,
                     Err(e) => {
-                        tracing::warn!(pool = %key, %pod, error = %e, "binding refused");
+                        tracing::warn!(pool = %key, %pod, error = %brief(&e), "binding refused");
                         retry = true;
                     }
                 }
@@ -519,7 +557,7 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
                 ]));
                 ctx.wrote("Pod");
                 if let Err(e) = pod_api.patch(pod, &pp, &patch).await {
-                    tracing::debug!(pool = %key, %pod, error = %e, "unclaim refused; retrying");
+                    tracing::debug!(pool = %key, %pod, error = %brief(&e), "unclaim refused; retrying");
                     retry = true;
                 }
             }
@@ -540,7 +578,7 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => {
-                        tracing::debug!(pool = %key, %pod, error = %e, "delete refused; retrying");
+                        tracing::debug!(pool = %key, %pod, error = %brief(&e), "delete refused; retrying");
                         retry = true;
                     }
                 }
@@ -548,6 +586,9 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
         }
     }
 
+    if created && create_error.is_none() {
+        ctx.create_backoff.succeeded(&key);
+    }
     // Status: counts and conditions, written only when they change.
     let c = plan.counts;
     let current = pool.status.clone().unwrap_or_default();
@@ -634,9 +675,12 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
         let api: Api<SandboxPool> = Api::namespaced(ctx.client.clone(), &ns);
         ctx.wrote("SandboxPool/status");
         match api.patch_status(&name, &pp, &Patch::Merge(&body)).await {
-            Ok(_) => status_written = true,
+            Ok(written) => {
+                ctx.echoes.expect(&written);
+                status_written = true;
+            }
             Err(e) => {
-                tracing::debug!(pool = %key, error = %e, "pool status write failed; retrying");
+                tracing::debug!(pool = %key, error = %brief(&e), "pool status write failed; retrying");
                 retry = true;
             }
         }
@@ -687,12 +731,10 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
         .reconcile_duration
         .get_or_create(&labels)
         .observe(started.elapsed().as_secs_f64());
-    Ok(if failed {
-        Action::requeue(Duration::from_secs(5))
-    } else if retry {
+    Ok(if retry {
         Action::requeue(Duration::from_millis(200))
     } else {
-        Action::requeue(next_look)
+        Action::requeue(create_retry.map_or(next_look, |r| r.min(next_look)))
     })
 }
 
@@ -1065,7 +1107,7 @@ async fn commit_pods_and_size(
         {
             Ok(rv) => placed.push((m.pod.name.clone(), rv)),
             Err(e) => {
-                tracing::debug!(pool = %name, pod = %m.pod.name, error = %e, "mark refused; undoing this decision's marks");
+                tracing::debug!(pool = %name, pod = %m.pod.name, error = %brief(&e), "mark refused; undoing this decision's marks");
                 for (pod, rv) in &placed {
                     ctx.wrote("Pod");
                     let _ = set_mark(&pod_api, &pp, pod, rv, None).await;
@@ -1121,7 +1163,7 @@ async fn commit_pods_and_size(
                     ),
                 );
             }
-            Err(e) if conflict(&e) => return Ok(None),
+            Err(e) if is_conflict(&e) => return Ok(None),
             Err(e) => return Err(e.into()),
         }
     }
@@ -1167,7 +1209,7 @@ async fn commit_pods_and_size(
             Ok(_) => v.terminating = true,
             Err(kube::Error::Api(s)) if s.code == 404 => v.terminating = true,
             Err(e) => {
-                tracing::debug!(pool = %name, pod = %v.name, error = %e, "delete of a marked Pod refused; retrying");
+                tracing::debug!(pool = %name, pod = %v.name, error = %brief(&e), "delete of a marked Pod refused; retrying");
                 *retry = true;
             }
         }
@@ -1237,8 +1279,8 @@ async fn bind_claim(
     };
     ctx.wrote("SandboxClaim/status");
     if let Err(e) = api.patch_status(claim, &pp, &Patch::Merge(&body)).await {
-        if !conflict(&e) {
-            tracing::warn!(%claim, error = %e, "claim status write failed; the next reconcile finishes it");
+        if !is_conflict(&e) {
+            tracing::warn!(%claim, error = %brief(&e), "claim status write failed; the next reconcile finishes it");
         }
         return false;
     }
@@ -1266,6 +1308,12 @@ async fn reconcile_claim(
     claim: Arc<SandboxClaim>,
     ctx: Arc<Shared>,
 ) -> Result<Action, SandboxError> {
+    let result = claim_pass(claim.clone(), ctx.clone()).await;
+    settled(&ctx, claim.as_ref(), result)
+}
+
+/// One reconcile of a claim.
+async fn claim_pass(claim: Arc<SandboxClaim>, ctx: Arc<Shared>) -> Result<Action, SandboxError> {
     if !ctx.leader.is_leader() {
         return Ok(Action::await_change());
     }
@@ -1290,9 +1338,13 @@ async fn reconcile_claim(
                     .get(&ObjectRef::new(&r.name).within(&ns))
                     .is_some();
                 (!exists).then(|| {
+                    let why = match invalid::find("SandboxPool", &ns, &r.name) {
+                        Some(u) => format!("cannot be decoded ({})", u.message()),
+                        None => "does not exist".to_string(),
+                    };
                     (
                         reasons::POOL_NOT_FOUND,
-                        format!("SandboxPool {ns}/{} does not exist", r.name),
+                        format!("SandboxPool {ns}/{} {why}", r.name),
                     )
                 })
             } else if let Some(r) = &claim.spec.env_ref {
@@ -1338,7 +1390,18 @@ async fn reconcile_claim(
                     let stale = [reasons::POOL_NOT_FOUND, reasons::ENV_NOT_FOUND]
                         .iter()
                         .any(|r| conditions::has_reason(&status.conditions, types::READY, r));
-                    if !stale {
+                    // A claim the pool binds at once never says Queued (a write saved per
+                    // claim); one still waiting after QUEUED_AFTER does.
+                    let unreported = !status.conditions.iter().any(|c| c.type_ == types::READY);
+                    let waited = claim
+                        .creation_timestamp()
+                        .map_or(jiff::SignedDuration::ZERO, |t| now.duration_since(t.0));
+                    if unreported && waited < QUEUED_AFTER {
+                        let left =
+                            Duration::try_from(QUEUED_AFTER - waited).unwrap_or(Duration::ZERO);
+                        return Ok(Action::requeue(left));
+                    }
+                    if !stale && !unreported {
                         return Ok(Action::await_change());
                     }
                     next.conditions = conditions::merge(
@@ -1448,8 +1511,8 @@ async fn reconcile_claim(
             )
             .await
         {
-            Ok(_) => {}
-            Err(e) if conflict(&e) => return Ok(Action::requeue(Duration::from_millis(200))),
+            Ok(written) => ctx.echoes.expect(&written),
+            Err(e) if is_conflict(&e) => return Ok(Action::requeue(Duration::from_millis(200))),
             Err(e) => return Err(e.into()),
         }
         if let Some((warning, reason, note)) = event {
@@ -1461,26 +1524,29 @@ async fn reconcile_claim(
 }
 
 /// Env: the Pools of this cluster's members, and the status of every member.
-async fn reconcile_env(env: Arc<SandboxEnv>, ctx: Arc<EnvShared>) -> Result<Action, SandboxError> {
-    if !ctx.shared.leader.is_leader() {
+async fn reconcile_env(env: Arc<SandboxEnv>, ctx: Arc<Shared>) -> Result<Action, SandboxError> {
+    // An Env whose Pools were refused keeps its backoff (env_pass counts it itself).
+    env_pass(env, ctx).await
+}
+
+/// One reconcile of an Env.
+async fn env_pass(env: Arc<SandboxEnv>, ctx: Arc<Shared>) -> Result<Action, SandboxError> {
+    if !ctx.leader.is_leader() {
         return Ok(Action::await_change());
     }
     let ns = env.namespace().unwrap_or_default();
     let env_name = env.name_any();
-    let api: Api<SandboxPool> = Api::namespaced(ctx.shared.client.clone(), &ns);
+    let api: Api<SandboxPool> = Api::namespaced(ctx.client.clone(), &ns);
     let owner = env.controller_owner_ref(&());
     let mut wanted: Vec<String> = Vec::new();
+    let mut refused: Vec<String> = Vec::new();
     let mut members = Vec::new();
     for cluster in &env.spec.clusters {
         for m in &cluster.members {
             let local = cluster.name == ctx.cluster_name;
             let pool_name = format!("{env_name}-{}", m.name);
             let pool = local
-                .then(|| {
-                    ctx.shared
-                        .pools
-                        .get(&ObjectRef::new(&pool_name).within(&ns))
-                })
+                .then(|| ctx.pools.get(&ObjectRef::new(&pool_name).within(&ns)))
                 .flatten();
             members.push(crate::api::sandbox::MemberStatus {
                 name: m.name.clone(),
@@ -1503,7 +1569,12 @@ async fn reconcile_env(env: Arc<SandboxEnv>, ctx: Arc<EnvShared>) -> Result<Acti
             // rather than take an autoscaled Pool for a new one and reset its replicas.
             let pool = match pool {
                 Some(p) => Some(p),
-                None => api.get_opt(&pool_name).await?.map(Arc::new),
+                // A stored Pool that does not decode is replaced by the Env's spec.
+                None => Api::<Decoded<SandboxPool>>::namespaced(ctx.client.clone(), &ns)
+                    .get_opt(&pool_name)
+                    .await?
+                    .and_then(Decoded::valid)
+                    .map(Arc::new),
             };
             wanted.push(pool_name.clone());
             let group = m.config.as_ref().and_then(|c| c.scaling_group.clone());
@@ -1543,26 +1614,19 @@ async fn reconcile_env(env: Arc<SandboxEnv>, ctx: Arc<EnvShared>) -> Result<Acti
             if up_to_date {
                 continue;
             }
-            if let Some(p) = pool
+            // Hand-over: the autoscaler's manager takes the current value first, so
+            // dropping it from this controller's apply keeps the field.
+            let hand_over = pool
                 .as_ref()
                 .filter(|p| autoscaled && !owns_replicas(p, field_manager::SANDBOX_AUTOSCALER))
-            {
-                // Hand-over: the autoscaler's manager takes the current value first, so
-                // dropping it from this controller's apply keeps the field.
-                let body = json!({
-                    "apiVersion": "moonin.io/v1alpha1",
-                    "kind": "SandboxPool",
-                    "metadata": {"name": pool_name, "namespace": ns},
-                    "spec": {"replicas": p.spec.replicas},
+                .map(|p| {
+                    json!({
+                        "apiVersion": "moonin.io/v1alpha1",
+                        "kind": "SandboxPool",
+                        "metadata": {"name": pool_name, "namespace": ns},
+                        "spec": {"replicas": p.spec.replicas},
+                    })
                 });
-                ctx.shared.wrote("SandboxPool");
-                api.patch(
-                    &pool_name,
-                    &PatchParams::apply(field_manager::SANDBOX_AUTOSCALER).force(),
-                    &Patch::Apply(&body),
-                )
-                .await?;
-            }
             let body = json!({
                 "apiVersion": "moonin.io/v1alpha1",
                 "kind": "SandboxPool",
@@ -1574,22 +1638,44 @@ async fn reconcile_env(env: Arc<SandboxEnv>, ctx: Arc<EnvShared>) -> Result<Acti
                 },
                 "spec": desired_spec,
             });
-            ctx.shared.wrote("SandboxPool");
-            api.patch(
-                &pool_name,
-                &PatchParams::apply(field_manager::SANDBOX).force(),
-                &Patch::Apply(&body),
-            )
-            .await?;
+            let applied = async {
+                if let Some(hand_over) = &hand_over {
+                    ctx.wrote("SandboxPool");
+                    api.patch(
+                        &pool_name,
+                        &PatchParams::apply(field_manager::SANDBOX_AUTOSCALER).force(),
+                        &Patch::Apply(hand_over),
+                    )
+                    .await?;
+                }
+                ctx.wrote("SandboxPool");
+                api.patch(
+                    &pool_name,
+                    &PatchParams::apply(field_manager::SANDBOX).force(),
+                    &Patch::Apply(&body),
+                )
+                .await
+            };
+            match applied.await {
+                Ok(_) => {}
+                Err(e) if is_conflict(&e) => {
+                    return Err(SandboxError::Conflict(format!(
+                        "SandboxPool {ns}/{pool_name}"
+                    )));
+                }
+                // Refused (an invalid Pool name or template, an admission policy): the
+                // Env says so, and the other members go on.
+                Err(e) => refused.push(format!("SandboxPool {pool_name}: {}", brief(&e))),
+            }
         }
     }
     // Pools of members that are gone.
     let uid = env.uid().unwrap_or_default();
-    for p in ctx.shared.pools.state() {
+    for p in ctx.pools.state() {
         let ours = p.owner_references().iter().any(|o| o.uid == uid);
         if ours && p.namespace().as_deref() == Some(ns.as_str()) && !wanted.contains(&p.name_any())
         {
-            ctx.shared.wrote("SandboxPool");
+            ctx.wrote("SandboxPool");
             match api.delete(&p.name_any(), &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -1605,44 +1691,80 @@ async fn reconcile_env(env: Arc<SandboxEnv>, ctx: Arc<EnvShared>) -> Result<Acti
         members.len(),
         ctx.cluster_name
     );
+    let desired = if refused.is_empty() {
+        vec![
+            Desired::new(types::READY, true, "PoolsReconciled", msg),
+            Desired::new(types::STALLED, false, conditions::reasons::RECONCILED, ""),
+        ]
+    } else {
+        let msg = format!("the API server refused {}", refused.join("; "));
+        vec![
+            Desired::new(types::READY, false, reasons::POOL_APPLY_FAILED, msg.clone()),
+            Desired::new(types::STALLED, true, reasons::POOL_APPLY_FAILED, msg),
+        ]
+    };
     let next = crate::api::sandbox::SandboxEnvStatus {
         observed_generation: env.metadata.generation,
         local_members: local,
         members,
-        conditions: conditions::merge(
-            &current.conditions,
-            &[Desired::new(types::READY, true, "PoolsReconciled", msg)],
-            env.metadata.generation,
-            now,
-        ),
+        conditions: conditions::merge(&current.conditions, &desired, env.metadata.generation, now),
     };
     if next != current {
-        let envs: Api<SandboxEnv> = Api::namespaced(ctx.shared.client.clone(), &ns);
-        ctx.shared.wrote("SandboxEnv/status");
+        let envs: Api<SandboxEnv> = Api::namespaced(ctx.client.clone(), &ns);
+        ctx.wrote("SandboxEnv/status");
         let pp = PatchParams {
             field_manager: Some(field_manager::MANAGER.to_string()),
             ..PatchParams::default()
         };
-        envs.patch_status(&env_name, &pp, &Patch::Merge(&json!({"status": next})))
+        let written = envs
+            .patch_status(&env_name, &pp, &Patch::Merge(&json!({"status": next})))
             .await?;
+        ctx.echoes.expect(&written);
+        if !refused.is_empty()
+            && !conditions::has_reason(
+                &current.conditions,
+                types::READY,
+                reasons::POOL_APPLY_FAILED,
+            )
+        {
+            ctx.event(
+                &env.object_ref(&()),
+                true,
+                reasons::POOL_APPLY_FAILED,
+                desired[0].message.clone(),
+            )
+            .await;
+        }
     }
-    Ok(Action::requeue(Duration::from_secs(300)))
+    let key = crate::runtime::reference(env.as_ref());
+    if refused.is_empty() {
+        ctx.backoff.succeeded(&key);
+        return Ok(Action::requeue(Duration::from_secs(300)));
+    }
+    // Refused again on the same spec: retry on this Env's backoff.
+    let step = ctx.backoff.failed(
+        &key,
+        env.metadata.generation,
+        tokio::time::Instant::now(),
+        &desired[0].message,
+    );
+    if step.counted {
+        tracing::warn!(
+            object = %key,
+            error = %desired[0].message,
+            retry_in_seconds = step.wait.as_secs(),
+            "the API server refused a SandboxPool"
+        );
+    }
+    Ok(Action::requeue(step.wait))
 }
 
-struct EnvShared {
-    shared: Arc<Shared>,
-    cluster_name: String,
-}
-
-fn error_policy<K>(_: Arc<K>, err: &SandboxError, ctx: Arc<Shared>) -> Action {
-    on_error(err, &ctx)
-}
-
-fn env_error_policy(_: Arc<SandboxEnv>, err: &SandboxError, ctx: Arc<EnvShared>) -> Action {
-    on_error(err, &ctx.shared)
-}
-
-fn on_error(err: &SandboxError, ctx: &Shared) -> Action {
+/// A failed reconcile: a conflict is retried at once from fresh caches; a refusal backs off
+/// per object (logged once per step, with the object and the API server's message).
+fn error_policy<K>(obj: Arc<K>, err: &SandboxError, ctx: Arc<Shared>) -> Action
+where
+    K: Resource<DynamicType = ()>,
+{
     ctx.metrics
         .reconcile_errors
         .get_or_create(&crate::manager::metrics::ErrorLabels {
@@ -1653,8 +1775,46 @@ fn on_error(err: &SandboxError, ctx: &Shared) -> Action {
             },
         })
         .inc();
-    tracing::warn!(error = %err, "sandbox reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(1))
+    let object = crate::runtime::reference(obj.as_ref());
+    match err {
+        SandboxError::Conflict(what) => {
+            tracing::debug!(%object, %what, "conflict; retrying");
+            Action::requeue(Duration::from_millis(200))
+        }
+        SandboxError::Api(e) => {
+            let message = brief(e);
+            let step = ctx.backoff.failed(
+                &object,
+                obj.meta().generation,
+                tokio::time::Instant::now(),
+                &message,
+            );
+            if step.counted {
+                tracing::warn!(
+                    %object,
+                    error = %message,
+                    retry_in_seconds = step.wait.as_secs(),
+                    "reconcile failed"
+                );
+            }
+            Action::requeue(step.wait)
+        }
+    }
+}
+
+/// Ends an object's backoff when its reconcile succeeds.
+fn settled<K>(
+    ctx: &Shared,
+    obj: &K,
+    result: Result<Action, SandboxError>,
+) -> Result<Action, SandboxError>
+where
+    K: Resource<DynamicType = ()>,
+{
+    if result.is_ok() {
+        ctx.backoff.succeeded(&crate::runtime::reference(obj));
+    }
+    result
 }
 
 fn trim_pod(p: &mut Pod) {
@@ -1670,18 +1830,37 @@ fn trim_pod(p: &mut Pod) {
 /// Runs the sandbox controllers until shutdown.
 pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     let client = ctx.client.clone();
-    let claim_ctl = Controller::new(
-        Api::<SandboxClaim>::all(client.clone()),
-        watcher::Config::default().page_size(500),
-    );
-    let pool_ctl = Controller::new(
-        Api::<SandboxPool>::all(client.clone()),
-        watcher::Config::default(),
-    );
-    let pools = pool_ctl.store();
     let (pool_tx, pool_rx) = cache::requests::<SandboxPool>();
     let (claim_tx, claim_rx) = cache::requests::<SandboxClaim>();
-    // A Pod change reconciles its pool; a claim change, every pool it may bind from.
+    let (env_tx, env_rx) = cache::requests::<SandboxEnv>();
+    let echoes = cache::Echoes::default();
+    // Each kind is watched once; its cache feeds its own controller and the triggers of
+    // the others. A Pool change reconciles the Pool and its Env (the Env reports its
+    // Pools' readiness).
+    let pool_to_env: cache::Trigger<SandboxPool> = {
+        let tx = env_tx.clone();
+        Box::new(move |p: &SandboxPool| {
+            if let (Some(owner), Some(ns)) = (
+                p.owner_references()
+                    .iter()
+                    .find(|o| o.kind == "SandboxEnv" && o.controller == Some(true)),
+                p.namespace(),
+            ) {
+                let _ = tx.unbounded_send(ObjectRef::new(&owner.name).within(&ns));
+            }
+        })
+    };
+    let (pools, pool_drive) = cache::cache::<SandboxPool>(
+        client.clone(),
+        watcher::Config::default(),
+        |p| cache::strip_last_applied(&mut p.metadata),
+        vec![
+            cache::reconcile_itself(pool_tx.clone(), echoes.clone()),
+            pool_to_env,
+        ],
+    );
+    // A Pod change reconciles its pool; a claim change, the claim and every pool it may
+    // bind from.
     let pod_trigger: cache::Trigger<Pod> = {
         let tx = pool_tx.clone();
         Box::new(move |p: &Pod| {
@@ -1700,18 +1879,21 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         })
     };
     let (pods, pod_drive) = cache::cache::<Pod>(
-        Api::all(client.clone()),
+        client.clone(),
         watcher::Config::default().labels(keys::POOL).page_size(500),
         trim_pod,
         vec![pod_trigger],
     );
     let (claims, claim_drive) = cache::cache::<SandboxClaim>(
-        Api::all(client.clone()),
+        client.clone(),
         watcher::Config::default().page_size(500),
-        |_| {},
-        vec![claim_trigger],
+        |c| cache::strip_last_applied(&mut c.metadata),
+        vec![
+            cache::reconcile_itself(claim_tx.clone(), echoes.clone()),
+            claim_trigger,
+        ],
     );
-    // An Env change (its autoscaling groups) reconciles the Pools it owns.
+    // An Env change (its autoscaling groups) reconciles the Env and the Pools it owns.
     let env_trigger: cache::Trigger<SandboxEnv> = {
         let tx = pool_tx.clone();
         let pools = pools.clone();
@@ -1727,24 +1909,34 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         })
     };
     let (envs, env_drive) = cache::cache::<SandboxEnv>(
-        Api::all(client.clone()),
+        client.clone(),
         watcher::Config::default(),
         |e| {
             e.managed_fields_mut().clear();
             cache::strip_last_applied(&mut e.metadata);
         },
-        vec![env_trigger],
+        vec![
+            cache::reconcile_itself(env_tx.clone(), echoes.clone()),
+            env_trigger,
+        ],
     );
     // Quotas are read at each decision; a Pool whose scale-up they limited is decided
     // again when its saturation ends.
     let (quotas, quota_drive) = cache::cache::<ResourceQuota>(
-        Api::all(client.clone()),
+        client.clone(),
         watcher::Config::default(),
         |q| {
             q.managed_fields_mut().clear();
             cache::strip_last_applied(&mut q.metadata);
         },
         Vec::new(),
+    );
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "moonin-sandbox".into(),
+            instance: None,
+        },
     );
     let shared = Arc::new(Shared {
         client: client.clone(),
@@ -1758,50 +1950,56 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         groups: Mutex::new(HashMap::new()),
         sizes: Mutex::new(HashMap::new()),
         first_seen: Mutex::new(HashMap::new()),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "moonin-sandbox".into(),
-                instance: None,
-            },
-        ),
+        recorder: recorder.clone(),
         metrics: ctx.metrics.clone(),
         leader: ctx.leadership.clone(),
         seq: std::sync::atomic::AtomicU64::new(0),
         synced: std::sync::atomic::AtomicBool::new(false),
         claim_requests: claim_tx,
+        echoes,
+        backoff: Backoff::default(),
+        create_backoff: Backoff::default(),
+        cluster_name: ctx.cluster_name.clone(),
     });
+    let reporters = futures::future::join3(
+        invalid::report::<SandboxEnv>(
+            client.clone(),
+            ctx.leadership.clone(),
+            recorder.clone(),
+            ctx.shutdown.clone(),
+        ),
+        invalid::report::<SandboxPool>(
+            client.clone(),
+            ctx.leadership.clone(),
+            recorder.clone(),
+            ctx.shutdown.clone(),
+        ),
+        invalid::report::<SandboxClaim>(
+            client.clone(),
+            ctx.leadership.clone(),
+            recorder,
+            ctx.shutdown.clone(),
+        ),
+    );
 
-    let pool_ctl = pool_ctl
+    let pool_ctl = Controller::for_stream(futures::stream::pending(), pools.clone())
         .reconcile_on(pool_rx)
         .reconcile_all_on(ctx.leadership.acquisitions())
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
         .run(reconcile_pool, error_policy, shared.clone())
         .for_each(cache::controller_result("SandboxPool"));
-
-    let claim_ctl = claim_ctl
+    let claim_ctl = Controller::for_stream(futures::stream::pending(), claims.clone())
         .reconcile_on(claim_rx)
         .reconcile_all_on(ctx.leadership.acquisitions())
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
         .run(reconcile_claim, error_policy, shared.clone())
         .for_each(cache::controller_result("SandboxClaim"));
-
-    let env_shared = Arc::new(EnvShared {
-        shared: shared.clone(),
-        cluster_name: ctx.cluster_name.clone(),
-    });
-    let env_ctl = Controller::new(
-        Api::<SandboxEnv>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .owns(
-        Api::<SandboxPool>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .reconcile_all_on(ctx.leadership.acquisitions())
-    .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-    .run(reconcile_env, env_error_policy, env_shared)
-    .for_each(cache::controller_result("SandboxEnv"));
+    let env_ctl = Controller::for_stream(futures::stream::pending(), envs.clone())
+        .reconcile_on(env_rx)
+        .reconcile_all_on(ctx.leadership.acquisitions())
+        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
+        .run(reconcile_env, error_policy, shared.clone())
+        .for_each(cache::controller_result("SandboxEnv"));
 
     let ready = {
         let (pods, claims, pools) = (pods.clone(), claims.clone(), pools.clone());
@@ -1825,8 +2023,8 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     };
     let shutdown = ctx.shutdown.clone();
     tokio::select! {
-        _ = futures::future::join4(pod_drive, claim_drive, env_drive, quota_drive) => {}
-        _ = futures::future::join4(pool_ctl, claim_ctl, env_ctl, ready) => {}
+        _ = futures::future::join5(pod_drive, claim_drive, env_drive, quota_drive, pool_drive) => {}
+        _ = futures::future::join5(pool_ctl, claim_ctl, env_ctl, ready, reporters) => {}
         _ = shutdown.cancelled() => {}
     }
     Ok(())

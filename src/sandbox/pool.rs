@@ -189,6 +189,14 @@ pub fn pod_name(pool: &str, seed: u64) -> String {
     format!("{}-{suffix}", base.trim_end_matches('-'))
 }
 
+/// The API server's message about the Pod `name` without that name: a refusal of the same
+/// template reads the same for every generated name, so repeating it changes no status.
+pub fn without_name(message: &str, name: &str) -> String {
+    message
+        .replace(&format!(" \"{name}\""), "")
+        .replace(name, "<generated name>")
+}
+
 /// Where a claim's `waitMilliseconds` starts: when this process first saw it, if that fell in
 /// the second its `creationTimestamp` names (the timestamp has one-second resolution, so the
 /// sighting is the finer figure); otherwise the creation time, so a claim that waited across a
@@ -405,6 +413,32 @@ impl InFlightBinds {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_refusal_reads_the_same_for_every_generated_name() {
+        let invalid = |n: &str| {
+            format!(
+                "Pod \"{n}\" is invalid: spec.containers[0].name: Invalid value: \"-5m\": a lowercase RFC 1123 label"
+            )
+        };
+        assert_eq!(
+            without_name(&invalid("p-bcdfg"), "p-bcdfg"),
+            without_name(&invalid("p-xz245"), "p-xz245")
+        );
+        assert_eq!(
+            without_name(&invalid("p-bcdfg"), "p-bcdfg"),
+            "Pod is invalid: spec.containers[0].name: Invalid value: \"-5m\": a lowercase RFC 1123 label"
+        );
+        assert_eq!(
+            without_name("pods \"p-kk\" is forbidden: exceeded quota: q", "p-kk"),
+            "pods is forbidden: exceeded quota: q"
+        );
+        assert_eq!(
+            without_name("no p-kk here", "p-kk"),
+            "no <generated name> here"
+        );
+    }
+
     use super::*;
 
     fn t(s: i64) -> Timestamp {

@@ -22,6 +22,7 @@ use super::keda::ScaledObject;
 use super::load::Template;
 use crate::api::{field_manager, scaling::keys};
 use crate::manager::metrics::Metrics;
+use crate::runtime::{backoff::Backoff, cache::Echoes, errors::is_conflict};
 
 /// The controller's name in metrics and logs.
 pub const CONTROLLER: &str = "scaling";
@@ -40,34 +41,6 @@ pub enum CommitError {
     Template(#[source] kube::Error),
 }
 
-/// The API server's message for a JSON Patch it could not apply to the stored object.
-const PATCH_NOT_APPLICABLE: &str = "the server rejected our request due to an error in our request";
-
-/// Whether an API error means "the object moved under us".
-pub fn is_conflict(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::Api(s) => {
-            s.code == 409
-                || (s.code == 422
-                    && (s.message.contains("test")
-                        || s.message.contains("precondition")
-                        // How the API server reports a JSON Patch that does not apply
-                        // (its `test` of the resourceVersion failed); the cause is only
-                        // in the details, which the client does not keep.
-                        || s.message == PATCH_NOT_APPLICABLE))
-                || s.message.contains("Precondition failed")
-        }
-        _ => false,
-    }
-}
-
-fn error_text(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} ({})", s.message, s.reason),
-        other => other.to_string(),
-    }
-}
-
 /// The writer: a client, a recorder and the leadership check.
 #[derive(Clone)]
 pub struct Writer {
@@ -83,6 +56,12 @@ pub struct Writer {
     /// at once, a few dozen kept-alive connections carry the writes in arrival order
     /// instead of hundreds of new TLS connections competing for the API server.
     pub in_flight: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Refused actions, per template and action: a refused write is retried on its
+    /// backoff, not at every reconcile.
+    pub backoff: std::sync::Arc<Backoff>,
+    /// The template status writes this process made, so their echo does not wake the
+    /// template again.
+    pub echoes: Echoes,
 }
 
 /// Requests one manager's scaling controller has in flight at most.
@@ -189,7 +168,7 @@ impl Writer {
             Err(e) => Ok(Err(format!(
                 "writing {kind} {ns}/{}: {}",
                 op.name,
-                error_text(&e)
+                crate::runtime::errors::brief(&e)
             ))),
         }
     }
@@ -212,7 +191,7 @@ impl Writer {
         };
         let _permit = self.in_flight.acquire().await;
         if let Err(e) = self.recorder.publish(&event, regarding).await {
-            tracing::warn!(error = %e, reason = note.reason, "could not publish an Event");
+            tracing::warn!(error = %crate::runtime::errors::brief(&e), reason = note.reason, "could not publish an Event");
         }
     }
 
@@ -270,7 +249,14 @@ impl Writer {
 
     /// Runs a plan for `tpl`: finalizer first (so a deletion always reverts), the ops in
     /// order, the status if it changed, then the Events.
-    pub async fn commit<T>(&self, tpl: &T, plan: &Plan, now: Timestamp) -> Result<(), CommitError>
+    ///
+    /// Returns how long until a refused action may be retried, if one was refused.
+    pub async fn commit<T>(
+        &self,
+        tpl: &T,
+        plan: &Plan,
+        now: Timestamp,
+    ) -> Result<Option<std::time::Duration>, CommitError>
     where
         T: Template + HasStatus<Status = crate::api::scaling::ScalingTemplateStatus>,
     {
@@ -295,15 +281,61 @@ impl Writer {
             self.patch_template(&api, &name, ops).await?;
         }
 
-        let (notes, failed) = self.write_ops(&plan.ops).await?;
-        if !failed.is_empty() {
-            for (action, msg) in &failed {
-                tracing::warn!(template = %name, action = %action, error = %msg, "write refused");
+        // Actions refused before wait out their backoff: their ops are not sent, and their
+        // last refusal stands in the status.
+        let id = match tpl.namespace() {
+            Some(ns) => format!("{ns}/{name}"),
+            None => name.clone(),
+        };
+        let key = |action: &str| format!("{}/{id}/{action}", T::kind(&()));
+        let generation = tpl.meta().generation;
+        let clock = tokio::time::Instant::now();
+        let mut waiting: BTreeMap<String, String> = BTreeMap::new();
+        for op in &plan.ops {
+            if let Some(w) = self.backoff.waiting(&key(&op.action), generation, clock) {
+                waiting.insert(op.action.clone(), w.message);
             }
         }
+        let ops: Vec<Op> = plan
+            .ops
+            .iter()
+            .filter(|op| !waiting.contains_key(&op.action))
+            .cloned()
+            .collect();
+        let (notes, failed) = self.write_ops(&ops).await?;
+        let mut retry_in: Option<std::time::Duration> = waiting
+            .keys()
+            .filter_map(|a| {
+                self.backoff
+                    .waiting(&key(a), generation, clock)
+                    .map(|w| w.remaining)
+            })
+            .min();
+        for op in &ops {
+            if !failed.contains_key(&op.action) {
+                self.backoff.succeeded(&key(&op.action));
+            }
+        }
+        let mut counted = BTreeMap::new();
+        for (action, msg) in &failed {
+            let step = self.backoff.failed(&key(action), generation, clock, msg);
+            retry_in = Some(retry_in.map_or(step.wait, |r| r.min(step.wait)));
+            if step.counted {
+                tracing::warn!(
+                    template = %id,
+                    action = %action,
+                    error = %msg,
+                    retry_in_seconds = step.wait.as_secs(),
+                    "write refused"
+                );
+                counted.insert(action.clone(), msg.clone());
+            }
+        }
+        let mut failures = waiting;
+        failures.extend(failed.clone());
 
         let mut status = plan.status.clone();
-        decide::record_failures(&mut status, &failed, now);
+        decide::record_failures(&mut status, &failures, now);
         if tpl.status() != Some(&status) {
             if !(self.is_leader)() {
                 return Err(CommitError::NotLeader);
@@ -315,9 +347,11 @@ impl Writer {
             });
             let pp = PatchParams::apply(field_manager::MANAGER).force();
             let _permit = self.in_flight.acquire().await;
-            api.patch_status(&name, &pp, &Patch::Apply(&body))
+            let written = api
+                .patch_status(&name, &pp, &Patch::Apply(&body))
                 .await
                 .map_err(CommitError::Template)?;
+            self.echoes.expect(&written);
             self.metrics
                 .wrote(CONTROLLER, &format!("{}/status", T::kind(&())));
         }
@@ -325,7 +359,7 @@ impl Writer {
         // (its note lists the actions), so a boundary does not double the API traffic.
         let mut all: Vec<EventNote> = notes;
         all.extend(plan.events.iter().cloned());
-        all.extend(failed.iter().map(|(action, msg)| EventNote {
+        all.extend(counted.iter().map(|(action, msg)| EventNote {
             warning: true,
             reason: crate::api::scaling::reasons::APPLY_FAILED,
             note: format!("{action}: {msg}"),
@@ -337,7 +371,7 @@ impl Writer {
         )
         .await;
 
-        if plan.finalizer == Finalizer::Remove && failed.is_empty() {
+        if plan.finalizer == Finalizer::Remove && failures.is_empty() {
             if !(self.is_leader)() {
                 return Err(CommitError::NotLeader);
             }
@@ -356,7 +390,7 @@ impl Writer {
                 self.patch_template(&api, &name, ops).await?;
             }
         }
-        Ok(())
+        Ok(retry_in)
     }
 
     async fn patch_template<T: Template>(

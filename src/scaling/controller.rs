@@ -7,7 +7,7 @@ use futures::{StreamExt, future::BoxFuture};
 use jiff::Timestamp;
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
 use kube::{
-    Api, ResourceExt,
+    ResourceExt,
     core::object::HasStatus,
     runtime::{
         Controller,
@@ -25,11 +25,11 @@ use super::keda::ScaledObject;
 use super::load::{self, Stores, Template};
 use crate::api::scaling::{ClusterScalingTemplate, ScalingTemplate, ScalingTemplateStatus};
 use crate::manager::{
-    cache,
     controllers::{Context, Registered},
     http::Readiness,
     metrics::{ControllerLabels, ErrorLabels},
 };
+use crate::runtime::{backoff::Backoff, cache, invalid};
 
 /// How long the sweep waits between passes when nothing wakes it.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
@@ -60,6 +60,10 @@ fn trim_deployment(d: &mut Deployment) {
 fn trim_hpa(h: &mut HorizontalPodAutoscaler) {
     cache::strip_last_applied(&mut h.metadata);
     h.status = None;
+}
+
+fn trim_template<T: kube::Resource>(t: &mut T) {
+    cache::strip_last_applied(t.meta_mut());
 }
 
 fn trim_scaled_object(s: &mut ScaledObject) {
@@ -135,10 +139,10 @@ where
         .reconcile_duration
         .get_or_create(&labels)
         .observe(started.elapsed().as_secs_f64());
-    result?;
+    let retry = result?;
     let wait = plan.requeue_at.duration_since(Timestamp::now());
     let wait = Duration::try_from(wait).unwrap_or(Duration::ZERO);
-    Ok(Action::requeue(wait))
+    Ok(Action::requeue(retry.map_or(wait, |r| r.min(wait))))
 }
 
 fn error_policy<T>(tpl: Arc<T>, err: &CommitError, shared: Arc<Shared>) -> Action
@@ -165,8 +169,23 @@ where
         }
         CommitError::NotLeader => Action::await_change(),
         CommitError::Template(e) => {
-            tracing::warn!(template = %tpl.name_any(), error = %e, "could not write the template");
-            Action::requeue(Duration::from_secs(5))
+            let key = crate::runtime::reference(tpl.as_ref());
+            let message = crate::runtime::errors::brief(e);
+            let step = shared.writer.backoff.failed(
+                &key,
+                tpl.meta().generation,
+                tokio::time::Instant::now(),
+                &message,
+            );
+            if step.counted {
+                tracing::warn!(
+                    template = %key,
+                    error = %message,
+                    retry_in_seconds = step.wait.as_secs(),
+                    "could not write the template"
+                );
+            }
+            Action::requeue(step.wait)
         }
     }
 }
@@ -199,14 +218,22 @@ async fn sweep_loop(shared: Arc<Shared>, shutdown: tokio_util::sync::Cancellatio
 /// Runs the scaling controller until shutdown.
 pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     let client = ctx.client.clone();
-    let ns_ctl = Controller::new(Api::<ScalingTemplate>::all(client.clone()), watch_config());
-    let cl_ctl = Controller::new(
-        Api::<ClusterScalingTemplate>::all(client.clone()),
-        watch_config(),
-    );
-    let (ns_store, cl_store) = (ns_ctl.store(), cl_ctl.store());
     let (ns_tx, ns_rx) = cache::requests::<ScalingTemplate>();
     let (cl_tx, cl_rx) = cache::requests::<ClusterScalingTemplate>();
+    let echoes = cache::Echoes::default();
+    // Each template kind is watched once: its cache feeds its controller and the triggers.
+    let (ns_store, ns_drive) = cache::cache::<ScalingTemplate>(
+        client.clone(),
+        watch_config(),
+        trim_template,
+        vec![cache::reconcile_itself(ns_tx.clone(), echoes.clone())],
+    );
+    let (cl_store, cl_drive) = cache::cache::<ClusterScalingTemplate>(
+        client.clone(),
+        watch_config(),
+        trim_template,
+        vec![cache::reconcile_itself(cl_tx.clone(), echoes.clone())],
+    );
     macro_rules! triggers {
         ($target:expr) => {
             vec![
@@ -216,21 +243,45 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         };
     }
     let (deployments, dep_drive) = cache::cache::<Deployment>(
-        Api::all(client.clone()),
+        client.clone(),
         watch_config(),
         trim_deployment,
         triggers!(deployment_target),
     );
     let (hpas, hpa_drive) = cache::cache::<HorizontalPodAutoscaler>(
-        Api::all(client.clone()),
+        client.clone(),
         watch_config(),
         trim_hpa,
         triggers!(load::hpa_target),
     );
-    let mut drives = vec![dep_drive, hpa_drive];
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "moonin-scaling".into(),
+            instance: None,
+        },
+    );
+    let mut drives = vec![
+        ns_drive,
+        cl_drive,
+        dep_drive,
+        hpa_drive,
+        Box::pin(invalid::report::<ScalingTemplate>(
+            client.clone(),
+            ctx.leadership.clone(),
+            recorder.clone(),
+            ctx.shutdown.clone(),
+        )) as BoxFuture<'static, ()>,
+        Box::pin(invalid::report::<ClusterScalingTemplate>(
+            client.clone(),
+            ctx.leadership.clone(),
+            recorder.clone(),
+            ctx.shutdown.clone(),
+        )),
+    ];
     let scaled_objects = if super::keda::installed(&client).await {
         let (s, drive) = cache::cache::<ScaledObject>(
-            Api::all(client.clone()),
+            client.clone(),
             watch_config(),
             trim_scaled_object,
             triggers!(load::scaled_object_target),
@@ -259,16 +310,12 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         stores: stores.clone(),
         writer: Writer {
             client: client.clone(),
-            recorder: Recorder::new(
-                client.clone(),
-                Reporter {
-                    controller: "moonin-scaling".into(),
-                    instance: None,
-                },
-            ),
+            recorder,
             metrics: ctx.metrics.clone(),
             is_leader,
             in_flight: Arc::new(tokio::sync::Semaphore::new(super::commit::MAX_IN_FLIGHT)),
+            backoff: Arc::new(Backoff::default()),
+            echoes,
         },
         metrics: ctx.metrics.clone(),
         leader: leader.clone(),
@@ -289,7 +336,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         }
     };
 
-    let ns_ctl = ns_ctl
+    let ns_ctl = Controller::for_stream(futures::stream::pending(), ns_store)
         .reconcile_on(ns_rx)
         .reconcile_all_on(leader.acquisitions())
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
@@ -299,7 +346,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
             shared_state.clone(),
         )
         .for_each(cache::controller_result("ScalingTemplate"));
-    let cl_ctl = cl_ctl
+    let cl_ctl = Controller::for_stream(futures::stream::pending(), cl_store)
         .reconcile_on(cl_rx)
         .reconcile_all_on(leader.acquisitions())
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())

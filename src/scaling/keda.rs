@@ -61,7 +61,7 @@ pub async fn installed(client: &Client) -> bool {
         Ok(_) => true,
         Err(kube::Error::Api(s)) if s.code == 404 => false,
         Err(e) => {
-            tracing::warn!(error = %e, "could not tell whether KEDA is installed; ignoring ScaledObjects");
+            tracing::warn!(error = %crate::runtime::errors::brief(&e), "could not tell whether KEDA is installed; ignoring ScaledObjects");
             false
         }
     }

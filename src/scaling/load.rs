@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::{Resource, ResourceExt, runtime::reflector::Store};
+use kube::{ResourceExt, runtime::reflector::Store};
 
 use super::decide::{
     Autoscaler, AutoscalerKind, Marks, Original, OwnerRecord, Snapshot, Target, TargetKey,
@@ -16,15 +16,7 @@ use crate::api::scaling::{
 };
 
 /// What both template kinds have in common.
-pub trait Template:
-    Resource<DynamicType = ()>
-    + Clone
-    + std::fmt::Debug
-    + serde::de::DeserializeOwned
-    + Send
-    + Sync
-    + 'static
-{
+pub trait Template: crate::runtime::cache::Cached {
     /// Namespaced or cluster.
     const KIND: TemplateKind;
     /// The window.

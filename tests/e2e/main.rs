@@ -9,6 +9,7 @@ mod discovery;
 mod foundation;
 mod gitops;
 mod harness;
+mod hostile;
 mod rbac;
 mod sandbox;
 mod scaling;

@@ -878,3 +878,99 @@ async fn a_template_the_api_server_refuses_is_reported_on_the_pool() {
         .await;
     assert_eq!(pods(&rig).await.len(), 2);
 }
+
+/// `moonin_api_writes_total{controller="sandbox",kind}` as the manager reports it.
+fn sandbox_writes(rig: &Rig, kind: &str) -> f64 {
+    let body = rig
+        .manager
+        .as_ref()
+        .and_then(|m| m.get("/metrics"))
+        .map(|r| r.1)
+        .unwrap_or_default();
+    let label = format!("kind=\"{kind}\"");
+    body.lines()
+        .filter(|l| {
+            l.starts_with("moonin_api_writes_total{")
+                && l.contains("controller=\"sandbox\"")
+                && l.contains(&label)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_refused_template_costs_one_create_per_backoff_step() {
+    let client = require_cluster!();
+    let rig = Rig::with_args(client, "sbx-refused", &["--controllers", "sandbox"]).await;
+    // The manager's write counters are per kind: count only this Pool's creates by waiting
+    // until the Pools of earlier tests went with their namespaces.
+    let all: Api<SandboxPool> = Api::all(rig.client.clone());
+    wait_for(
+        "the Pools of earlier tests to be gone",
+        Duration::from_secs(120),
+        || async {
+            all.list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+    let pools: Api<SandboxPool> = Api::namespaced(rig.client.clone(), rig.ns());
+    let (creates_before, status_before) = (
+        sandbox_writes(&rig, "Pod"),
+        sandbox_writes(&rig, "SandboxPool/status"),
+    );
+    // The CRD's schema accepts any container name; the API server refuses this one when
+    // the Pod is created (422: not a DNS label).
+    let pool: SandboxPool = serde_json::from_value(json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "SandboxPool",
+        "metadata": {"name": "refused"},
+        "spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "-5m", "image": "registry.example/s:1"}]}}}
+    }))
+    .expect("pool");
+    pools
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect("create pool");
+    let started = std::time::Instant::now();
+    let condition = wait_for("PodCreateFailed", Duration::from_secs(30), || async {
+        let s = serde_json::to_value(pools.get("refused").await.ok()?.status?).ok()?;
+        s["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Ready" && c["reason"] == "PodCreateFailed")
+            .cloned()
+    })
+    .await;
+    let message = condition["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(message.contains("-5m"), "{message}");
+    tokio::time::sleep(Duration::from_secs(90).saturating_sub(started.elapsed())).await;
+    let creates = sandbox_writes(&rig, "Pod") - creates_before;
+    let status_writes = sandbox_writes(&rig, "SandboxPool/status") - status_before;
+    eprintln!(
+        "a refused template over 90 s: {creates} creates ({:.1} per minute), {status_writes} status writes",
+        creates * 60.0 / 90.0
+    );
+    // Backoff steps at 0, 5, 15, 35 and 75 s: one create each.
+    assert!((4.0..=5.0).contains(&creates), "{creates} creates in 90 s");
+    // The refusal reads the same every time (no generated name in it): the status was
+    // written once for it, not once per attempt.
+    assert!(status_writes <= 2.0, "{status_writes} status writes");
+    let s = serde_json::to_value(pools.get("refused").await.expect("pool").status).expect("json");
+    let now = s["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(now["message"], condition["message"]);
+    assert_eq!(now["lastTransitionTime"], condition["lastTransitionTime"]);
+    let events = rig.events("refused", "PodCreateFailed").await;
+    assert_eq!(events.len(), 1, "{events:?}");
+}

@@ -1,0 +1,293 @@
+//! Typed caches the controllers read from, and the reconcile requests they raise.
+//!
+//! A cache is a reflector store fed by a watch that decodes each object on its own
+//! ([`super::decode`]): an object that does not decode is recorded in [`super::invalid`] and
+//! kept out of the store (a version of it that decoded before is evicted, so nothing acts on
+//! a stale spec), and the watch goes on with every other object.
+//!
+//! The store's own event stream triggers reconciles (through `Controller::reconcile_on`),
+//! so a reconcile never reads a store older than its trigger. Each kind is watched once:
+//! a controller of that kind is built on the same store (`Controller::for_stream`), and
+//! other kinds' caches raise its requests through triggers.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use futures::{FutureExt, StreamExt, future::BoxFuture};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+
+use super::{decode::Decoded, invalid};
+use crate::manager::access;
+
+/// Called with every object the cache applies or deletes, after the store has it: a
+/// reconcile triggered from here always reads at least what triggered it.
+pub type Trigger<K> = Box<dyn Fn(&K) + Send + Sync>;
+
+/// The bound every cached kind meets.
+pub trait Cached:
+    Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+> Cached for K
+{
+}
+
+/// A store of every `K` in the cluster kept in sync by one watch, trimmed by `trim` before
+/// anything is stored, calling each of `triggers` after each change, and the future that
+/// drives it (poll it for as long as the store is used).
+pub fn cache<K: Cached>(
+    client: Client,
+    config: watcher::Config,
+    trim: fn(&mut K),
+    triggers: Vec<Trigger<K>>,
+) -> (Store<K>, BoxFuture<'static, ()>) {
+    let (store, writer) = reflector::store::<K>();
+    let kind = K::kind(&()).to_string();
+    let events = typed_events(Api::<Decoded<K>>::all(client), config, store.clone()).modify(trim);
+    let drive = reflector::reflector(writer, events)
+        .for_each(move |event| {
+            match event {
+                Ok(
+                    watcher::Event::Apply(o)
+                    | watcher::Event::Delete(o)
+                    | watcher::Event::InitApply(o),
+                ) => {
+                    access::watch_ok(&kind);
+                    for t in &triggers {
+                        t(&o);
+                    }
+                }
+                Ok(_) => access::watch_ok(&kind),
+                Err(e) => access::watch_failed(&kind, &e),
+            }
+            futures::future::ready(())
+        })
+        .boxed();
+    (store, drive)
+}
+
+/// The watch of `api` as typed events for a store of `K` (read through `store`): objects
+/// that do not decode are recorded in [`invalid`] and left out, and a stored version of such
+/// an object is deleted from the store.
+fn typed_events<K: Cached>(
+    api: Api<Decoded<K>>,
+    config: watcher::Config,
+    store: Store<K>,
+) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {
+    watcher(api, config)
+        .default_backoff()
+        .filter_map(move |event| {
+            let typed = match event {
+                Ok(e) => {
+                    invalid::observe(&e);
+                    typed_event(e, |meta| {
+                        let mut r = ObjectRef::<K>::new(meta.name.as_deref().unwrap_or_default());
+                        if let Some(ns) = &meta.namespace {
+                            r = r.within(ns);
+                        }
+                        store.get(&r).map(|k| (*k).clone())
+                    })
+                    .map(Ok)
+                }
+                Err(e) => Some(Err(e)),
+            };
+            futures::future::ready(typed)
+        })
+}
+
+/// One event of a decoding watch as an event of the typed store: an object that does not
+/// decode is dropped, and if `stored` finds an earlier version of it, that is deleted.
+pub fn typed_event<K>(
+    event: watcher::Event<Decoded<K>>,
+    stored: impl Fn(&k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<K>,
+) -> Option<watcher::Event<K>>
+where
+    K: Resource,
+{
+    use watcher::Event::*;
+    match event {
+        Init => Some(Init),
+        InitDone => Some(InitDone),
+        InitApply(Decoded::Valid(k)) => Some(InitApply(k)),
+        // Left out of the relist: the store drops whatever it held under that name.
+        InitApply(Decoded::Invalid(_)) => None,
+        Apply(Decoded::Valid(k)) => Some(Apply(k)),
+        Delete(Decoded::Valid(k)) => Some(Delete(k)),
+        Apply(Decoded::Invalid(u)) | Delete(Decoded::Invalid(u)) => stored(&u.metadata).map(Delete),
+    }
+}
+
+/// Writes whose echo on the watch should not wake the object they were written to: a
+/// reconcile's own status write tells it nothing new. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Echoes {
+    /// `(namespace, name)` → the resourceVersion the write returned.
+    expected: Arc<Mutex<HashMap<(String, String), String>>>,
+}
+
+impl Echoes {
+    /// Remembers that `written` (as the API server returned it) is this process's own write.
+    pub fn expect<K: Resource>(&self, written: &K) {
+        if let Some(rv) = written.resource_version() {
+            self.expected
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key_of(written), rv);
+        }
+    }
+
+    /// Whether `seen` is the echo of a write remembered by [`Echoes::expect`]. Any version of
+    /// the object seen ends the expectation.
+    pub fn is_echo<K: Resource>(&self, seen: &K) -> bool {
+        let mut g = self.expected.lock().unwrap_or_else(|e| e.into_inner());
+        match g.remove(&key_of(seen)) {
+            Some(rv) => seen.resource_version().as_ref() == Some(&rv),
+            None => false,
+        }
+    }
+}
+
+fn key_of<K: Resource>(o: &K) -> (String, String) {
+    (o.namespace().unwrap_or_default(), o.name_any())
+}
+
+/// A trigger that asks the controller of `K` to reconcile each changed object itself,
+/// except for the echoes of its own writes.
+pub fn reconcile_itself<K: Cached>(
+    tx: futures::channel::mpsc::UnboundedSender<ObjectRef<K>>,
+    echoes: Echoes,
+) -> Trigger<K> {
+    Box::new(move |o: &K| {
+        if !echoes.is_echo(o) {
+            let _ = tx.unbounded_send(ObjectRef::from_obj(o));
+        }
+    })
+}
+
+/// Reports one result of a kube-runtime `Controller` of `kind`: a refused watch is a
+/// missing permission ([`access`]); a failed reconcile was reported by the error policy
+/// already; an object deleted before its turn came needs nothing; anything else is logged.
+pub fn controller_result<T, R>(
+    kind: &'static str,
+) -> impl FnMut(
+    Result<T, kube::runtime::controller::Error<R, watcher::Error>>,
+) -> futures::future::Ready<()>
+where
+    R: std::error::Error + 'static,
+{
+    use kube::runtime::controller::Error;
+    move |result| {
+        match result {
+            Err(Error::QueueError(e)) => access::watch_failed(kind, &e),
+            Ok(_) | Err(Error::ReconcilerFailed(..)) => access::watch_ok(kind),
+            Err(Error::ObjectNotFound(_)) => {}
+            Err(e) => tracing::warn!(%kind, error = %e, "controller"),
+        }
+        futures::future::ready(())
+    }
+}
+
+/// A channel of reconcile requests for `Controller::reconcile_on`, and the sending half
+/// for triggers.
+pub fn requests<T>() -> (
+    futures::channel::mpsc::UnboundedSender<ObjectRef<T>>,
+    futures::channel::mpsc::UnboundedReceiver<ObjectRef<T>>,
+)
+where
+    T: Resource<DynamicType = ()>,
+{
+    futures::channel::mpsc::unbounded()
+}
+
+/// Strips what no controller reads from any cached object: `managedFields` are kept only
+/// where a controller needs them (scaling reads them on HPAs and ScaledObjects).
+pub fn strip_last_applied(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::sandbox::SandboxClaim;
+    use crate::runtime::decode::decode;
+    use serde_json::json;
+
+    fn claim(name: &str, rv: &str, ok: bool) -> Decoded<SandboxClaim> {
+        let pool_ref = if ok { json!({"name": "p"}) } else { json!("p") };
+        decode(json!({
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv},
+            "spec": {"poolRef": pool_ref},
+        }))
+    }
+
+    fn name<K: Resource>(e: &Option<watcher::Event<K>>) -> String {
+        match e {
+            Some(watcher::Event::Apply(k)) => format!("apply {}", k.name_any()),
+            Some(watcher::Event::InitApply(k)) => format!("init {}", k.name_any()),
+            Some(watcher::Event::Delete(k)) => format!("delete {}", k.name_any()),
+            Some(_) => "marker".into(),
+            None => "-".into(),
+        }
+    }
+
+    #[test]
+    fn an_object_that_stops_decoding_is_evicted_and_one_never_seen_is_skipped() {
+        let stored = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            (m.name.as_deref() == Some("known"))
+                .then(|| claim("known", "1", true).valid().expect("a valid claim"))
+        };
+        use watcher::Event::*;
+        let cases = [
+            (Apply(claim("known", "2", false)), "delete known"),
+            (Apply(claim("new", "2", false)), "-"),
+            (InitApply(claim("known", "2", false)), "-"),
+            (Delete(claim("known", "2", false)), "delete known"),
+            (Apply(claim("new", "3", true)), "apply new"),
+            (InitApply(claim("new", "3", true)), "init new"),
+            (Init, "marker"),
+        ];
+        for (event, want) in cases {
+            assert_eq!(name(&typed_event(event, stored)), want);
+        }
+    }
+
+    #[test]
+    fn only_the_echo_of_our_own_write_is_skipped() {
+        let echoes = Echoes::default();
+        let ours = claim("c", "5", true).valid().expect("valid");
+        let theirs = claim("c", "6", true).valid().expect("valid");
+        echoes.expect(&ours);
+        assert!(echoes.is_echo(&ours));
+        // Seen once: the same version again (a relist) wakes the object.
+        assert!(!echoes.is_echo(&ours));
+        echoes.expect(&ours);
+        assert!(!echoes.is_echo(&theirs));
+        assert!(!echoes.is_echo(&ours));
+    }
+}

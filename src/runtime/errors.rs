@@ -1,0 +1,79 @@
+//! How the controllers read the API server's refusals: a conflict is a race to retry from
+//! fresh caches at once; anything else is a refusal to back off from and report.
+
+/// The API server's message for a JSON Patch it could not apply to the stored object.
+const PATCH_NOT_APPLICABLE: &str = "the server rejected our request due to an error in our request";
+
+/// Whether an API error means "the object moved under us".
+pub fn is_conflict(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => {
+            s.code == 409
+                || (s.code == 422
+                    && (s.message.contains("test")
+                        || s.message.contains("precondition")
+                        // How the API server reports a JSON Patch that does not apply
+                        // (its `test` of the resourceVersion failed); the cause is only
+                        // in the details, which the client does not keep.
+                        || s.message == PATCH_NOT_APPLICABLE))
+                || s.message.contains("Precondition failed")
+        }
+        _ => false,
+    }
+}
+
+/// An error in one line for logs, conditions and Events: the API server's own message and
+/// reason, never a response body.
+pub fn brief(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.reason.is_empty() => s.message.clone(),
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.reason),
+        // serde's message names the line, column and expectation; the body is not in it.
+        kube::Error::SerdeError(e) => format!("cannot decode the response: {e}"),
+        other => other.to_string(),
+    }
+}
+
+/// A watch error in one line, like [`brief`].
+pub fn brief_watch(e: &kube::runtime::watcher::Error) -> String {
+    use kube::runtime::watcher::Error;
+    match e {
+        Error::InitialListFailed(e) => format!("listing: {}", brief(e)),
+        Error::WatchStartFailed(e) => format!("starting the watch: {}", brief(e)),
+        Error::WatchFailed(e) => format!("watching: {}", brief(e)),
+        Error::WatchError(s) => format!("watching: {} ({})", s.message, s.reason),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn api(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(Box::new(
+            Status::failure(message, "Invalid").with_code(code),
+        ))
+    }
+
+    #[test]
+    fn conflicts_are_races_and_refusals_are_not() {
+        assert!(is_conflict(&api(409, "the object has been modified")));
+        assert!(is_conflict(&api(422, PATCH_NOT_APPLICABLE)));
+        assert!(is_conflict(&api(
+            422,
+            "testing value /metadata/resourceVersion failed: test failed"
+        )));
+        assert!(!is_conflict(&api(
+            422,
+            "Pod \"x\" is invalid: spec.containers[0].name: Invalid value: \"-5m\""
+        )));
+        assert!(!is_conflict(&api(403, "exceeded quota")));
+    }
+
+    #[test]
+    fn a_brief_error_is_the_api_servers_message() {
+        assert_eq!(brief(&api(422, "bad")), "bad (Invalid)");
+    }
+}

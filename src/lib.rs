@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod cron;
 pub mod discovery;
 pub mod manager;
 pub mod runtime;

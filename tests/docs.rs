@@ -444,7 +444,7 @@ fn every_metric_is_documented() {
 
     // The exact names, from the rendered text, of the families the public API can fill in
     // (a family without a series is not rendered).
-    use moonin::manager::metrics::{ControllerLabels, ErrorLabels, Metrics};
+    use moonin::runtime::metrics::{ControllerLabels, ErrorLabels, Metrics};
     let m = Metrics::new();
     let controller = ControllerLabels {
         controller: "scaling".into(),

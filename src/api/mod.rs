@@ -3,6 +3,7 @@
 //! controllers. Each name is defined once, here, and used everywhere else.
 
 pub mod conditions;
+pub mod keda;
 // `#[kube(printcolumn(...))]` repeats `type_ = "string"` across columns, which clippy
 // mistakes for duplicated attributes.
 #[allow(clippy::duplicated_attributes)]

@@ -22,12 +22,7 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
     core::PartialObjectMeta,
-    runtime::{
-        WatchStreamExt,
-        events::{Event, EventType, Recorder, Reporter},
-        reflector::Store,
-        watcher,
-    },
+    runtime::{WatchStreamExt, reflector::Store, watcher},
 };
 use serde_json::json;
 
@@ -38,6 +33,7 @@ use super::{
     },
     watch::{Change, OnChange, Projections, all_valid, projections, projections_with},
 };
+use crate::api::keda::ScaledObject;
 use crate::api::{
     conditions::{self, Desired, types},
     discovery::{
@@ -46,14 +42,12 @@ use crate::api::{
     },
     field_manager,
 };
-use crate::manager::{
+use crate::runtime::{
     access,
-    controllers::{Context, Registered},
-    http::Readiness,
+    context::{Context, Readiness, Registered},
     metrics::{ControllerLabels, ErrorLabels, Metrics},
 };
-use crate::runtime::{cache, decode::Decoded, errors::brief, invalid};
-use crate::scaling::keda;
+use crate::runtime::{cache, decode::Decoded, errors::brief, events::Publisher, invalid};
 
 /// The controller's name on the command line and in metrics.
 pub const CONTROLLER: &str = "discovery";
@@ -273,7 +267,7 @@ struct Shared {
     /// transitions.
     reported: Mutex<HashMap<(String, String), Vec<String>>>,
     helm: Mutex<HelmState>,
-    recorder: Recorder,
+    events: Publisher,
     /// Per Deployment, the view its last revision record was derived from: a change is
     /// measured from there, not from the previous event (an edit is recorded once its
     /// ReplicaSet revision shows).
@@ -416,7 +410,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         via(&late, by_namespace::<HpaView>),
     );
     let mut keda_drive = None;
-    let scaled_objects = if keda::installed(&client).await {
+    let scaled_objects = if cache::installed::<ScaledObject>(&client).await {
         let (store, drive) = projections(
             client.clone(),
             watch_config(),
@@ -503,13 +497,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         helm: Mutex::new(HelmState::default()),
         baselines: Mutex::new(HashMap::new()),
         reachable: Mutex::new(None),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "moonin-discovery".into(),
-                instance: None,
-            },
-        ),
+        events: Publisher::new(client.clone(), "moonin-discovery"),
     });
     *late.lock().unwrap_or_else(|e| e.into_inner()) = Some(shared.clone());
 
@@ -518,19 +506,19 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         Box::pin(invalid::report::<ClusterDiscovery>(
             client.clone(),
             ctx.leadership.clone(),
-            shared.recorder.clone(),
+            shared.events.clone(),
             shutdown.clone(),
         )),
         Box::pin(invalid::report::<NamespaceInventory>(
             client.clone(),
             ctx.leadership.clone(),
-            shared.recorder.clone(),
+            shared.events.clone(),
             shutdown.clone(),
         )),
         Box::pin(invalid::report::<WorkloadRevision>(
             client.clone(),
             ctx.leadership.clone(),
-            shared.recorder.clone(),
+            shared.events.clone(),
             shutdown.clone(),
         )),
     ];
@@ -1236,17 +1224,16 @@ async fn report_signals(
         if !shared.ctx.leadership.is_leader() {
             return;
         }
-        let reason = signals::reason_of(signal).to_string();
-        let e = Event {
-            type_: EventType::Warning,
-            reason: reason.clone(),
-            note: Some(signal.clone()),
-            action: "Discovered".into(),
-            secondary: None,
-        };
-        if let Err(err) = shared.recorder.publish(&e, &regarding).await {
-            tracing::warn!(error = %brief(&err), %reason, "could not publish an Event");
-        }
+        shared
+            .events
+            .publish(
+                &regarding,
+                true,
+                signals::reason_of(signal),
+                Some("Discovered"),
+                signal,
+            )
+            .await;
     }
 }
 

@@ -14,7 +14,7 @@ use jiff::{SignedDuration, Timestamp};
 use super::view::{Autoscaler, CronJobView, DeploymentView, HpaView, JobView, PodView};
 use crate::api::discovery::CronJobRun;
 use crate::api::field_manager;
-use crate::scaling::{cron::Schedule, window};
+use crate::cron::{Schedule, fires};
 
 /// The reasons a signal starts with, each defined once.
 pub mod reasons {
@@ -236,7 +236,7 @@ fn scales_on_behalf_of_autoscaler(manager: &str) -> bool {
 ///   the past: the controller-manager records every run it starts in `lastScheduleTime`,
 ///   so that fire was not run. Equivalently, more than one period plus the grace has
 ///   passed since the last scheduled run. Fires are computed in `time_zone` (UTC when
-///   unset) with [`window::next_fire`]. A schedule or zone Moonin cannot read yields no
+///   unset) with [`fires::next_fire`]. A schedule or zone Moonin cannot read yields no
 ///   signal rather than a false one (the API server validated both already).
 pub fn cron_job_signals(c: &CronJobView, runs: &[CronJobRun], now: Timestamp) -> Vec<String> {
     let mut out = BTreeSet::new();
@@ -268,7 +268,7 @@ fn missed_schedule(c: &CronJobView, now: Timestamp) -> bool {
             Err(_) => return false,
         },
     };
-    window::next_fire(&schedule, &tz, since).is_some_and(|fire| {
+    fires::next_fire(&schedule, &tz, since).is_some_and(|fire| {
         fire.at
             .checked_add(MISSED_SCHEDULE_GRACE)
             .is_ok_and(|due| due < now)

@@ -13,7 +13,7 @@ use k8s_openapi::api::{
 };
 use kube::ResourceExt;
 
-use crate::scaling::keda::ScaledObject;
+use crate::api::keda::ScaledObject;
 
 /// Labels that place a Node: region, zone, instance type (current and legacy keys).
 pub mod node_labels {

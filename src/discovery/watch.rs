@@ -7,7 +7,7 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use crate::manager::access;
+use crate::runtime::access;
 use crate::runtime::{decode::Decoded, invalid};
 use futures::{FutureExt, StreamExt, future::BoxFuture, stream::BoxStream};
 use kube::{

@@ -1,35 +1,6 @@
-//! The registry of controllers `moonin run --controllers` can select, and the context
-//! every controller receives.
+//! The registry of controllers `moonin run --controllers` can select.
 
-use kube::Client;
-use tokio_util::sync::CancellationToken;
-
-use super::{http::Readiness, leader::Leadership, metrics::Metrics};
-
-/// What a controller gets from the manager.
-#[derive(Clone)]
-pub struct Context {
-    /// The API client.
-    pub client: Client,
-    /// Whether this process may write; every write checks it.
-    pub leadership: Leadership,
-    /// Shared metrics.
-    pub metrics: Metrics,
-    /// Cancelled on shutdown.
-    pub shutdown: CancellationToken,
-    /// The cluster this manager runs in (`--cluster-name`).
-    pub cluster_name: String,
-    /// The manager's namespace.
-    pub namespace: String,
-}
-
-/// A controller the manager can run.
-pub struct Registered {
-    /// Its name on the command line.
-    pub name: &'static str,
-    /// Runs until `ctx.shutdown` is cancelled. Calls `synced` once its caches are warm.
-    pub run: fn(Context, Readiness) -> futures::future::BoxFuture<'static, anyhow::Result<()>>,
-}
+use crate::runtime::context::Registered;
 
 /// Every controller built into this binary.
 pub fn registry() -> Vec<Registered> {

@@ -1,41 +1,13 @@
 //! `/healthz`, `/readyz` and `/metrics` on one listener.
 
-use std::{
-    net::SocketAddr,
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    },
-};
+use std::net::SocketAddr;
 
 use axum::{
     Router, extract::State, http::StatusCode, http::header, response::IntoResponse, routing::get,
 };
 use tokio_util::sync::CancellationToken;
 
-use super::metrics::Metrics;
-
-/// Counts the parts of the manager whose caches have not synced yet; `/readyz` answers 200
-/// once the count reaches zero. Cheap to clone; every clone shares the count.
-#[derive(Clone, Debug)]
-pub struct Readiness(Arc<AtomicUsize>);
-
-impl Readiness {
-    /// Waits for `pending` parts to report.
-    pub fn new(pending: usize) -> Self {
-        Self(Arc::new(AtomicUsize::new(pending)))
-    }
-    /// One part has synced. Call once per part.
-    pub fn report_synced(&self) {
-        let _ = self
-            .0
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
-    }
-    /// Whether every part has synced.
-    pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::Acquire) == 0
-    }
-}
+use crate::runtime::{context::Readiness, metrics::Metrics};
 
 #[derive(Clone)]
 struct AppState {
@@ -67,7 +39,7 @@ pub async fn serve(
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    let missing = super::access::missing();
+    let missing = crate::runtime::access::missing();
     if !missing.is_empty() {
         let body = format!("missing permission:\n{}\n", missing.join("\n"));
         return (StatusCode::SERVICE_UNAVAILABLE, body);

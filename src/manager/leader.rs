@@ -2,11 +2,10 @@
 
 use kube::Client;
 use kube_lease_manager::LeaseManagerBuilder;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::metrics::Metrics;
 use crate::api::field_manager;
+use crate::runtime::{leader::Leadership, metrics::Metrics};
 
 /// The Lease every manager process competes for.
 pub const LEASE_NAME: &str = "moonin-manager";
@@ -14,38 +13,6 @@ pub const LEASE_NAME: &str = "moonin-manager";
 pub const LEASE_DURATION_SECONDS: u64 = 15;
 /// The holder renews this many seconds before expiry.
 pub const LEASE_GRACE_SECONDS: u64 = 5;
-
-/// Whether this process holds the Lease now. Cheap to clone.
-#[derive(Clone, Debug)]
-pub struct Leadership {
-    rx: watch::Receiver<bool>,
-}
-
-impl Leadership {
-    /// True while this process holds the Lease. Every write to the cluster checks this first.
-    pub fn is_leader(&self) -> bool {
-        // A closed channel means the lease task ended and nobody renews the Lease any more:
-        // its last value (maybe `true`) is stale, and another process may hold it soon.
-        self.rx.has_changed().is_ok() && *self.rx.borrow()
-    }
-
-    /// A stream that yields each time this process becomes the leader (and once at the
-    /// start if it already is), so controllers can reconcile everything then.
-    pub fn acquisitions(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
-        let rx = self.rx.clone();
-        futures::stream::unfold((rx, true), |(mut rx, first)| async move {
-            if first && *rx.borrow_and_update() {
-                return Some(((), (rx, false)));
-            }
-            loop {
-                rx.changed().await.ok()?;
-                if *rx.borrow_and_update() {
-                    return Some(((), (rx, false)));
-                }
-            }
-        })
-    }
-}
 
 /// Starts competing for the Lease in `namespace` as `identity`. The returned task releases
 /// the Lease when `shutdown` is cancelled, so a successor takes over at once. Should the
@@ -67,7 +34,7 @@ pub async fn elect(
         .build()
         .await?;
     let (mut rx, lease_task) = manager.watch().await;
-    let leadership = Leadership { rx: rx.clone() };
+    let leadership = Leadership::new(rx.clone());
     let identity = identity.to_string();
     let task = tokio::spawn(async move {
         let mut intact = true;
@@ -103,18 +70,4 @@ pub async fn elect(
         intact
     });
     Ok((leadership, task))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn not_leader_once_the_lease_task_is_gone() {
-        let (tx, rx) = watch::channel(true);
-        let leadership = Leadership { rx };
-        assert!(leadership.is_leader());
-        drop(tx);
-        assert!(!leadership.is_leader());
-    }
 }

@@ -1,18 +1,20 @@
 //! The manager: one process that runs the selected controllers behind leader election,
 //! with health, readiness and metrics endpoints and a graceful shutdown.
 
-pub mod access;
 pub mod controllers;
 pub mod http;
 pub mod leader;
-pub mod metrics;
 
 use std::{hash::BuildHasher, net::SocketAddr};
 
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
-use self::{controllers::Context, http::Readiness, metrics::Metrics};
+use crate::runtime::{
+    access,
+    context::{Context, Readiness},
+    metrics::Metrics,
+};
 
 /// The file a Pod's service account mounts with its namespace.
 const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";

@@ -25,8 +25,8 @@ use kube::{
     },
 };
 
+use super::access;
 use super::{decode::Decoded, invalid};
-use crate::manager::access;
 
 /// Called with every object the cache applies or deletes, after the store has it: a
 /// reconcile triggered from here always reads at least what triggered it.
@@ -138,6 +138,24 @@ where
         Apply(Decoded::Valid(k)) => Some(Apply(k)),
         Delete(Decoded::Valid(k)) => Some(Delete(k)),
         Apply(Decoded::Invalid(u)) | Delete(Decoded::Invalid(u)) => stored(&u.metadata).map(Delete),
+    }
+}
+
+/// Whether the API server serves `K` (its CRD is installed): a one-item list answers. Any
+/// other error is logged and read as "not installed", so a controller runs without it.
+pub async fn installed<K: Cached>(client: &Client) -> bool {
+    let api: Api<K> = Api::all(client.clone());
+    match api.list(&kube::api::ListParams::default().limit(1)).await {
+        Ok(_) => true,
+        Err(kube::Error::Api(s)) if s.code == 404 => false,
+        Err(e) => {
+            tracing::warn!(
+                kind = %K::kind(&()),
+                error = %super::errors::brief(&e),
+                "could not tell whether the kind is served; running without it"
+            );
+            false
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 //! written as raw JSON, since the object has no typed form. A core object (a Deployment
 //! from a newer API server, say) is only skipped: it is not Moonin's to annotate.
 //!
-//! The registry is process-wide, like [`crate::manager::access`]: the watches that fill it
+//! The registry is process-wide, like [`super::access`]: the watches that fill it
 //! are spread over the controllers.
 
 use std::{
@@ -24,19 +24,16 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     Client, Resource,
     api::{ApiResource, DynamicObject, Patch, PatchParams},
-    runtime::{
-        events::{Event, EventType, Recorder},
-        watcher,
-    },
+    runtime::watcher,
 };
 use serde_json::{Value, json};
 
 use super::decode::{Decoded, Undecodable};
+use super::{events::Publisher, leader::Leadership};
 use crate::api::{
     conditions::{reasons, types},
     field_manager,
 };
-use crate::manager::leader::Leadership;
 
 /// `(kind, namespace, name)`.
 type Key = (String, String, String);
@@ -54,8 +51,7 @@ static CHANGED: tokio::sync::Notify = tokio::sync::Notify::const_new();
 /// How often a reporter looks again when nothing wakes it (a failed status write retries
 /// then).
 const RESYNC: Duration = Duration::from_secs(300);
-/// Event notes are limited to 1 KiB by the API server.
-const NOTE_LIMIT: usize = 1024;
+use super::events::NOTE_MAX as NOTE_LIMIT;
 
 fn key_of(kind: &str, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key {
     (
@@ -230,7 +226,7 @@ type Stamp = (Option<String>, Option<i64>, String);
 pub async fn report<K>(
     client: Client,
     leadership: Leadership,
-    recorder: Recorder,
+    events: Publisher,
     shutdown: tokio_util::sync::CancellationToken,
 ) where
     K: Resource<DynamicType = ()>,
@@ -260,7 +256,7 @@ pub async fn report<K>(
                 let Some(body) = report_patch(&object, Timestamp::now()) else {
                     continue;
                 };
-                if write_report::<K>(&client, &resource, &recorder, &object, &body).await {
+                if write_report::<K>(&client, &resource, &events, &object, &body).await {
                     written.insert(id, stamp);
                 }
             }
@@ -285,7 +281,7 @@ fn id_of(object: &Undecodable) -> (String, String) {
 async fn write_report<K>(
     client: &Client,
     resource: &ApiResource,
-    recorder: &Recorder,
+    events: &Publisher,
     object: &Undecodable,
     body: &Value,
 ) -> bool
@@ -324,16 +320,15 @@ where
         uid: object.metadata.uid.clone(),
         ..ObjectReference::default()
     };
-    let event = Event {
-        type_: EventType::Warning,
-        reason: reasons::INVALID_SPEC.to_string(),
-        note: Some(event_note(object)),
-        action: "Decode".to_string(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&event, &regarding).await {
-        tracing::debug!(error = %super::errors::brief(&e), "could not publish an InvalidSpec Event");
-    }
+    events
+        .publish(
+            &regarding,
+            true,
+            reasons::INVALID_SPEC,
+            Some("Decode"),
+            &event_note(object),
+        )
+        .await;
     true
 }
 

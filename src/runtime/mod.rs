@@ -4,11 +4,16 @@
 //!
 //! Nothing here knows a controller; the controllers and the manager build on it.
 
+pub mod access;
 pub mod backoff;
 pub mod cache;
+pub mod context;
 pub mod decode;
 pub mod errors;
+pub mod events;
 pub mod invalid;
+pub mod leader;
+pub mod metrics;
 
 /// How logs and backoff keys name an object: `Kind namespace/name` (`Kind name` when
 /// cluster-scoped).

@@ -20,7 +20,6 @@ use kube::{
     runtime::{
         Controller,
         controller::Action,
-        events::{Event, EventType, Recorder, Reporter},
         reflector::{ObjectRef, Store},
         watcher,
     },
@@ -37,17 +36,17 @@ use crate::api::{
     field_manager,
     sandbox::{SandboxClaim, SandboxClaimStatus, SandboxEnv, SandboxPool, ScalingGroup, reasons},
 };
-use crate::manager::{
-    controllers::{Context, Registered},
-    http::Readiness,
-    metrics::{ControllerLabels, Metrics},
-};
 use crate::runtime::{
     backoff::Backoff,
     cache,
     decode::Decoded,
     errors::{brief, is_conflict},
+    events::Publisher,
     invalid,
+};
+use crate::runtime::{
+    context::{Context, Readiness, Registered},
+    metrics::{ControllerLabels, Metrics},
 };
 
 /// The controller's name in metrics and logs.
@@ -144,9 +143,9 @@ struct Shared {
     sizes: Mutex<HashMap<String, (i32, String, std::time::Instant)>>,
     /// When this process first saw each Pending claim (creation times have 1 s resolution).
     first_seen: Mutex<HashMap<String, Timestamp>>,
-    recorder: Recorder,
+    events: Publisher,
     metrics: Metrics,
-    leader: crate::manager::leader::Leadership,
+    leader: crate::runtime::leader::Leadership,
     seq: std::sync::atomic::AtomicU64,
     /// Every cache has listed once.
     synced: std::sync::atomic::AtomicBool,
@@ -175,20 +174,9 @@ impl Shared {
         reason: &str,
         note: String,
     ) {
-        let e = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.to_string(),
-            note: Some(note),
-            action: reason.to_string(),
-            secondary: None,
-        };
-        if let Err(err) = self.recorder.publish(&e, regarding).await {
-            tracing::warn!(error = %brief(&err), "could not publish an Event");
-        }
+        self.events
+            .publish(regarding, warning, reason, None, &note)
+            .await;
     }
 }
 
@@ -1767,7 +1755,7 @@ where
 {
     ctx.metrics
         .reconcile_errors
-        .get_or_create(&crate::manager::metrics::ErrorLabels {
+        .get_or_create(&crate::runtime::metrics::ErrorLabels {
             controller: CONTROLLER.to_string(),
             reason: match err {
                 SandboxError::Conflict(_) => "Conflict".into(),
@@ -1931,13 +1919,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         },
         Vec::new(),
     );
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "moonin-sandbox".into(),
-            instance: None,
-        },
-    );
+    let events = Publisher::new(client.clone(), "moonin-sandbox");
     let shared = Arc::new(Shared {
         client: client.clone(),
         pods: pods.clone(),
@@ -1950,7 +1932,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         groups: Mutex::new(HashMap::new()),
         sizes: Mutex::new(HashMap::new()),
         first_seen: Mutex::new(HashMap::new()),
-        recorder: recorder.clone(),
+        events: events.clone(),
         metrics: ctx.metrics.clone(),
         leader: ctx.leadership.clone(),
         seq: std::sync::atomic::AtomicU64::new(0),
@@ -1965,19 +1947,19 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         invalid::report::<SandboxEnv>(
             client.clone(),
             ctx.leadership.clone(),
-            recorder.clone(),
+            events.clone(),
             ctx.shutdown.clone(),
         ),
         invalid::report::<SandboxPool>(
             client.clone(),
             ctx.leadership.clone(),
-            recorder.clone(),
+            events.clone(),
             ctx.shutdown.clone(),
         ),
         invalid::report::<SandboxClaim>(
             client.clone(),
             ctx.leadership.clone(),
-            recorder,
+            events,
             ctx.shutdown.clone(),
         ),
     );

@@ -13,16 +13,15 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
     core::object::HasStatus,
-    runtime::events::{Event, EventType, Recorder},
 };
 use serde_json::{Value, json};
 
 use super::decide::{self, EventNote, Finalizer, ObjectKind, Op, Plan, Write};
-use super::keda::ScaledObject;
 use super::load::Template;
+use crate::api::keda::ScaledObject;
 use crate::api::{field_manager, scaling::keys};
-use crate::manager::metrics::Metrics;
-use crate::runtime::{backoff::Backoff, cache::Echoes, errors::is_conflict};
+use crate::runtime::metrics::Metrics;
+use crate::runtime::{backoff::Backoff, cache::Echoes, errors::is_conflict, events::Publisher};
 
 /// The controller's name in metrics and logs.
 pub const CONTROLLER: &str = "scaling";
@@ -47,7 +46,7 @@ pub struct Writer {
     /// The API client.
     pub client: Client,
     /// Publishes Events.
-    pub recorder: Recorder,
+    pub events: Publisher,
     /// Counts writes.
     pub metrics: Metrics,
     /// Checked before every write.
@@ -178,21 +177,10 @@ impl Writer {
         note: &EventNote,
         regarding: &k8s_openapi::api::core::v1::ObjectReference,
     ) {
-        let event = Event {
-            type_: if note.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: note.reason.to_string(),
-            note: Some(truncate(&note.note, NOTE_MAX)),
-            action: note.reason.to_string(),
-            secondary: None,
-        };
         let _permit = self.in_flight.acquire().await;
-        if let Err(e) = self.recorder.publish(&event, regarding).await {
-            tracing::warn!(error = %crate::runtime::errors::brief(&e), reason = note.reason, "could not publish an Event");
-        }
+        self.events
+            .publish(regarding, note.warning, note.reason, None, &note.note)
+            .await;
     }
 
     /// Writes `ops` wave by wave. Within a wave the actions run concurrently and each
@@ -476,17 +464,6 @@ fn coalesce(notes: Vec<EventNote>) -> Vec<EventNote> {
         }
     }
     out
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }
 
 #[cfg(test)]

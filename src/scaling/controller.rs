@@ -12,7 +12,6 @@ use kube::{
     runtime::{
         Controller,
         controller::Action,
-        events::{Recorder, Reporter},
         reflector::{ObjectRef, Store},
         watcher,
     },
@@ -21,15 +20,14 @@ use tokio::sync::Notify;
 
 use super::commit::{CONTROLLER, CommitError, Writer};
 use super::decide::{self, TargetKey};
-use super::keda::ScaledObject;
 use super::load::{self, Stores, Template};
+use crate::api::keda::ScaledObject;
 use crate::api::scaling::{ClusterScalingTemplate, ScalingTemplate, ScalingTemplateStatus};
-use crate::manager::{
-    controllers::{Context, Registered},
-    http::Readiness,
+use crate::runtime::{backoff::Backoff, cache, events::Publisher, invalid};
+use crate::runtime::{
+    context::{Context, Readiness, Registered},
     metrics::{ControllerLabels, ErrorLabels},
 };
-use crate::runtime::{backoff::Backoff, cache, invalid};
 
 /// How long the sweep waits between passes when nothing wakes it.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
@@ -100,8 +98,8 @@ fn interested<T: Template>(
 struct Shared {
     stores: Stores,
     writer: Writer,
-    metrics: crate::manager::metrics::Metrics,
-    leader: crate::manager::leader::Leadership,
+    metrics: crate::runtime::metrics::Metrics,
+    leader: crate::runtime::leader::Leadership,
     sweep: Arc<Notify>,
 }
 
@@ -254,13 +252,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         trim_hpa,
         triggers!(load::hpa_target),
     );
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "moonin-scaling".into(),
-            instance: None,
-        },
-    );
+    let events = Publisher::new(client.clone(), "moonin-scaling");
     let mut drives = vec![
         ns_drive,
         cl_drive,
@@ -269,17 +261,17 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         Box::pin(invalid::report::<ScalingTemplate>(
             client.clone(),
             ctx.leadership.clone(),
-            recorder.clone(),
+            events.clone(),
             ctx.shutdown.clone(),
         )) as BoxFuture<'static, ()>,
         Box::pin(invalid::report::<ClusterScalingTemplate>(
             client.clone(),
             ctx.leadership.clone(),
-            recorder.clone(),
+            events.clone(),
             ctx.shutdown.clone(),
         )),
     ];
-    let scaled_objects = if super::keda::installed(&client).await {
+    let scaled_objects = if cache::installed::<ScaledObject>(&client).await {
         let (s, drive) = cache::cache::<ScaledObject>(
             client.clone(),
             watch_config(),
@@ -310,7 +302,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         stores: stores.clone(),
         writer: Writer {
             client: client.clone(),
-            recorder,
+            events,
             metrics: ctx.metrics.clone(),
             is_leader,
             in_flight: Arc::new(tokio::sync::Semaphore::new(super::commit::MAX_IN_FLIGHT)),

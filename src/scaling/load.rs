@@ -10,7 +10,7 @@ use super::decide::{
     Autoscaler, AutoscalerKind, Marks, Original, OwnerRecord, Snapshot, Target, TargetKey,
     TemplateKind, TemplateView, Workload,
 };
-use super::keda::ScaledObject;
+use crate::api::keda::ScaledObject;
 use crate::api::scaling::{
     ClusterScalingTemplate, ScalingAction, ScalingTemplate, ScalingTemplateStatus, WindowSpec, keys,
 };

@@ -12,10 +12,9 @@ use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 use serde::Deserialize as _;
 
-use super::window::{
-    ActiveWindow, PlannedWindow, Reason, WindowError, WindowInputs, evaluate, fires_after,
-};
+use super::window::{ActiveWindow, PlannedWindow, Reason, WindowError, WindowInputs, evaluate};
 use crate::api::scaling::{ClusterScalingTemplate, ScalingTemplate, WindowSpec};
+use crate::cron::fires::fires_after;
 
 /// Arguments of `moonin schedule`.
 #[derive(clap::Args, Debug, Clone)]

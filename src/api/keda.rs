@@ -1,7 +1,8 @@
-//! The part of KEDA's `ScaledObject` (`keda.sh/v1alpha1`) Moonin reads. Writes are JSON
+//! The part of KEDA's `ScaledObject` (`keda.sh/v1alpha1`) Moonin reads (scaling overrides
+//! its bounds, discovery inventories it). Writes are JSON
 //! Patches, so fields this type does not know are never lost.
 
-use kube::{Api, Client, CustomResource};
+use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
 /// What a ScaledObject scales and within which bounds.
@@ -50,19 +51,5 @@ impl ScaleTargetRef {
             .as_deref()
             .is_none_or(|a| a == "apps/v1" || a == "apps");
         (kind_ok && api_ok && !self.name.is_empty()).then_some(self.name.as_str())
-    }
-}
-
-/// Whether KEDA's ScaledObject CRD is installed (a one-item list answers). Any other error
-/// is logged and read as "not installed": the controllers then run without ScaledObjects.
-pub async fn installed(client: &Client) -> bool {
-    let api: Api<ScaledObject> = Api::all(client.clone());
-    match api.list(&kube::api::ListParams::default().limit(1)).await {
-        Ok(_) => true,
-        Err(kube::Error::Api(s)) if s.code == 404 => false,
-        Err(e) => {
-            tracing::warn!(error = %crate::runtime::errors::brief(&e), "could not tell whether KEDA is installed; ignoring ScaledObjects");
-            false
-        }
     }
 }

@@ -8,7 +8,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use proptest::prelude::*;
 
 use super::*;
-use crate::api::scaling::{ManualRun, TargetRef};
+use crate::api::conditions;
+use crate::api::field_manager;
+use crate::api::scaling::{ActionStatus, Execution, ManualRun, TargetRef, WindowSpec, keys};
+use serde_json::{Value, json};
 
 const NS: &str = "shop";
 const TPL: &str = "business-hours";

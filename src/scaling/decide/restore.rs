@@ -1,0 +1,313 @@
+//! Planning the restore: putting back exactly what an override replaced, carrier first,
+//! Deployment second. Only fields Moonin still owns (per `managedFields`) are restored, so
+//! a value someone else wrote in the meantime is never clobbered.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::outcome::is_ours;
+use super::patch::{remove_annotations, set_field, show, test_rv};
+use super::plan::{EventNote, ObjectKind, Op, Wave, Write};
+use super::snapshot::{Autoscaler, Marks, Snapshot, Target, TargetKey};
+use crate::api::{field_manager, scaling::keys};
+
+/// What restoring the carriers of a target found, for the Deployment's restore.
+#[derive(Default)]
+struct Carriers {
+    ops: Vec<Op>,
+    /// The autoscaler bounds after the restore: the Deployment is clamped into them.
+    restored_bounds: Option<(Option<i32>, Option<i32>)>,
+    /// The Deployment's replicas the carrier recorded when the override was applied.
+    recorded_replicas: Option<i32>,
+    /// Whether the override's minimum was above those replicas (it raised the Deployment).
+    raised_by_override: bool,
+    /// The action the carrier held.
+    action: String,
+}
+
+/// Reverts everything on `target` that `owned` says is to be released, in the order
+/// carrier first, Deployment second.
+pub(super) fn revert_target(
+    key: &TargetKey,
+    target: &Target,
+    owned: &dyn Fn(&Marks) -> bool,
+    keep_carrier: Option<&str>,
+) -> Vec<Op> {
+    let mut carriers = Carriers::default();
+    for a in &target.autoscalers {
+        // KEDA copies a ScaledObject's annotations onto its HPA: those copies are KEDA's.
+        if !owned(&a.marks) || keep_carrier == Some(a.name.as_str()) || a.keda_owner.is_some() {
+            continue;
+        }
+        // Never drop restore data that cannot be read: decide reports it instead.
+        if a.marks.unreadable.is_some() {
+            continue;
+        }
+        let action = a
+            .marks
+            .owner
+            .as_ref()
+            .map(|o| o.action.clone())
+            .unwrap_or_default();
+        carriers.action = action.clone();
+        if let Some(orig) = &a.original {
+            carriers.recorded_replicas = orig.deployment_replicas;
+            carriers.raised_by_override = orig
+                .deployment_replicas
+                .zip(a.min)
+                .is_some_and(|(r, m)| m > r);
+        }
+        if a.provisional {
+            carriers.ops.push(delete_provisional(key, a, action));
+            continue;
+        }
+        let (op, bounds) = restore_autoscaler(key, a, action);
+        carriers.restored_bounds = Some(bounds);
+        carriers.ops.push(op);
+    }
+    let mut ops = std::mem::take(&mut carriers.ops);
+    ops.extend(restore_deployment(key, target, owned, carriers));
+    ops
+}
+
+/// Deletes a provisional HPA (it carries nothing else), guarded by UID and resourceVersion.
+fn delete_provisional(key: &TargetKey, a: &Autoscaler, action: String) -> Op {
+    Op {
+        namespace: key.namespace.clone(),
+        name: a.name.clone(),
+        write: Write::DeleteHpa {
+            uid: a.uid.clone(),
+            resource_version: a.resource_version.clone(),
+        },
+        event: Some(EventNote::normal(
+            "Reverted",
+            format!(
+                "{action}: deleted provisional HorizontalPodAutoscaler {}/{}",
+                key.namespace, a.name
+            ),
+        )),
+        action,
+        wave: Wave::default(),
+    }
+}
+
+/// Restores an HPA's or ScaledObject's bounds from its `moonin.io/original` record and
+/// removes the marks; a field another manager has written since is left as it is. Also
+/// returns the bounds after the restore.
+fn restore_autoscaler(
+    key: &TargetKey,
+    a: &Autoscaler,
+    action: String,
+) -> (Op, (Option<i32>, Option<i32>)) {
+    let mut patch = vec![test_rv(&a.resource_version)];
+    let mut restored = Vec::new();
+    let mut kept = Vec::new();
+    let original = a.original.clone().unwrap_or_default();
+    let mut bounds = (a.min, a.max);
+    for (field, value) in &original.spec {
+        let current = if field == a.kind.min_field() {
+            a.min
+        } else if field == a.kind.max_field() {
+            a.max
+        } else {
+            continue;
+        };
+        let manager = a.managers.get(field).map(String::as_str);
+        if manager.is_some_and(|m| m != field_manager::SCALING) {
+            kept.push(format!(
+                "{field} (now {} by {})",
+                show(current),
+                manager.unwrap_or("?")
+            ));
+            continue;
+        }
+        if let Some(op) = set_field(&format!("/spec/{field}"), current, *value) {
+            patch.push(op);
+        }
+        if field == a.kind.min_field() {
+            bounds.0 = *value;
+        } else {
+            bounds.1 = *value;
+        }
+        restored.push(format!("{field} {}", show(*value)));
+    }
+    patch.extend(remove_annotations(
+        &[keys::OWNER, keys::ORIGINAL, keys::APPLIED_HASH]
+            .into_iter()
+            .filter(|k| {
+                *k == keys::OWNER
+                    || (*k == keys::ORIGINAL && a.original.is_some())
+                    || (*k == keys::APPLIED_HASH && a.applied_hash.is_some())
+            })
+            .collect::<Vec<_>>(),
+    ));
+    let mut note = format!(
+        "{action}: restored {} {}/{}: {}",
+        a.kind.as_str(),
+        key.namespace,
+        a.name,
+        if restored.is_empty() {
+            "nothing to restore".to_string()
+        } else {
+            restored.join(", ")
+        }
+    );
+    if !kept.is_empty() {
+        note.push_str(&format!(
+            "; left {} as another field manager set it",
+            kept.join(", ")
+        ));
+    }
+    let op = Op {
+        action,
+        namespace: key.namespace.clone(),
+        name: a.name.clone(),
+        write: Write::Patch {
+            kind: a.kind.into(),
+            ops: patch,
+        },
+        event: Some(EventNote::normal("Reverted", note)),
+        wave: Wave::default(),
+    };
+    (op, bounds)
+}
+
+/// Restores the Deployment's replicas and removes its marks, if the override raised it.
+fn restore_deployment(
+    key: &TargetKey,
+    target: &Target,
+    owned: &dyn Fn(&Marks) -> bool,
+    carriers: Carriers,
+) -> Option<Op> {
+    let d = target.deployment.as_ref()?;
+    let annotated = owned(&d.marks);
+    // The Deployment is restored from its own record; if a crash came between the
+    // carrier's write and the Deployment's, from the carrier's record instead.
+    let restore_to = if annotated {
+        d.original_replicas
+    } else if carriers.raised_by_override
+        && d.marks.owner.is_none()
+        && carriers
+            .recorded_replicas
+            .is_some_and(|r| r != d.replicas())
+    {
+        carriers.recorded_replicas
+    } else {
+        None
+    };
+    if !annotated && restore_to.is_none() {
+        return None;
+    }
+    let clamp = |r: i32| match carriers.restored_bounds {
+        Some((lo, hi)) => r.max(lo.unwrap_or(r)).min(hi.unwrap_or(r)),
+        None => r,
+    };
+    let mut patch = vec![test_rv(&d.resource_version)];
+    let target_replicas = restore_to.map(clamp);
+    if let Some(r) = target_replicas
+        && Some(r) != d.replicas
+    {
+        patch.push(json!({"op": "add", "path": "/spec/replicas", "value": r}));
+    }
+    if annotated {
+        let mut present = vec![keys::OWNER];
+        if d.original_replicas.is_some() {
+            present.push(keys::ORIGINAL_REPLICAS);
+        }
+        patch.extend(remove_annotations(&present));
+    }
+    let action = d
+        .marks
+        .owner
+        .as_ref()
+        .map(|o| o.action.clone())
+        .unwrap_or(carriers.action);
+    Some(Op {
+        action: action.clone(),
+        namespace: key.namespace.clone(),
+        name: d.name.clone(),
+        write: Write::Patch {
+            kind: ObjectKind::Deployment,
+            ops: patch,
+        },
+        event: Some(EventNote::normal(
+            "Reverted",
+            format!(
+                "{action}: Deployment {key} replicas {} -> {}",
+                d.replicas(),
+                target_replicas.map_or_else(|| "unchanged".to_string(), |r| r.to_string())
+            ),
+        )),
+        wave: Wave::default(),
+    })
+}
+
+/// Reverts overrides whose owner template no longer exists (the startup sweep, and any
+/// object found later whose owner is gone).
+pub fn sweep(targets: &BTreeMap<TargetKey, Target>) -> Vec<Op> {
+    let orphan = |m: &Marks| m.owner.is_some() && !m.owner_live;
+    targets
+        .iter()
+        .flat_map(|(key, target)| revert_target(key, target, &orphan, None))
+        .collect()
+}
+
+/// The restores a template's plan starts with: every target carrying its marks that no
+/// action of an open window holds (`kept` names the holder of each target), ordered by
+/// `priorityDown`. Also returns the actions reverted.
+pub(super) fn plan_restores(
+    snap: &Snapshot,
+    window_open: bool,
+    kept: &BTreeMap<TargetKey, &str>,
+) -> (Vec<Op>, Vec<String>) {
+    let t = &snap.template;
+    let mut reverts: Vec<(i32, String, Vec<Op>)> = Vec::new();
+    for (key, target) in &snap.targets {
+        let keep = if window_open {
+            kept.get(key).copied()
+        } else {
+            None
+        };
+        let releasable = |m: &Marks| {
+            m.owner
+                .as_ref()
+                .is_some_and(|o| o.uid == t.uid && Some(o.action.as_str()) != keep)
+        };
+        let ops = revert_target(key, target, &releasable, None);
+        if let Some(first) = ops.first() {
+            let action = first.action.clone();
+            let prio = t
+                .actions
+                .iter()
+                .find(|a| a.name == action)
+                .map_or(0, |a| a.priority_down);
+            reverts.push((prio, action, ops));
+        }
+    }
+    reverts.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    let reverted = reverts.iter().map(|r| r.1.clone()).collect();
+    let ops = reverts
+        .into_iter()
+        .flat_map(|(priority, _, ops)| {
+            ops.into_iter().map(move |o| Op {
+                wave: Wave { phase: 0, priority },
+                ..o
+            })
+        })
+        .collect();
+    (ops, reverted)
+}
+
+/// A provisional HPA of this template that a real autoscaler has since replaced: removed.
+pub(super) fn replaced_provisional(
+    key: &TargetKey,
+    provisional: &Autoscaler,
+    uid: &str,
+) -> Vec<Op> {
+    let only = Target {
+        deployment: None,
+        autoscalers: vec![provisional.clone()],
+    };
+    revert_target(key, &only, &|m| is_ours(m, uid), None)
+}

@@ -541,7 +541,12 @@ fn links_in_the_docs_resolve() {
     let mut broken = Vec::new();
     let readme = read("README.md");
     let mut pages = vec![(PathBuf::from("README.md"), readme.clone())];
-    for page in ["install.md", "reference.md", "troubleshooting.md"] {
+    for page in [
+        "install.md",
+        "helm.md",
+        "reference.md",
+        "troubleshooting.md",
+    ] {
         let rel = format!("docs/{page}");
         assert!(
             readme.contains(&format!("]({rel})")),

@@ -220,10 +220,13 @@ async fn tilt_ci_applies_the_samples_and_runs_the_manager_until_they_are_reconci
             .find(|r| r["metadata"]["name"] == name)
             .unwrap_or_else(|| panic!("Tilt resource {name} in the snapshot"))
     };
+    // `checkout` and `ingest`: the workloads the scaling samples target, one resource each.
     for name in [
         "config",
         "crds-established",
         "samples",
+        "checkout",
+        "ingest",
         "moonin",
         "samples-reconciled",
     ] {

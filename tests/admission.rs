@@ -12,17 +12,43 @@ fn kind(obj: &serde_json::Value) -> String {
 
 #[test]
 fn every_sample_passes_its_rules() {
-    let files = common::sample_files();
+    let objects = common::moonin_objects();
+    let mut kinds: Vec<String> = objects.iter().map(|(_, o)| kind(o)).collect();
+    kinds.sort();
+    kinds.dedup();
     assert_eq!(
-        files.len(),
+        kinds.len(),
         moonin::api::all_crds().len(),
-        "one sample per kind"
+        "an example of every kind in samples/ or docs/examples: {kinds:?}"
     );
-    for file in files {
-        let obj = common::load(&file);
+    for (file, obj) in objects {
         let result = Validator::new().validate(&common::schema_of(&kind(&obj)), &obj, None);
         assert!(result.is_ok(), "{}: {result:?}", file.display());
     }
+}
+
+#[test]
+fn samples_create_none_of_the_kinds_only_moonin_writes() {
+    // `kubectl apply -f samples/` must not make up an inventory or a revision Moonin did not
+    // record: those examples live in docs/examples.
+    for file in common::sample_files() {
+        for obj in common::load_all(&file) {
+            assert!(
+                !matches!(
+                    obj["kind"].as_str(),
+                    Some("NamespaceInventory") | Some("WorkloadRevision")
+                ),
+                "{} holds a {}",
+                file.display(),
+                obj["kind"]
+            );
+        }
+    }
+    let examples: Vec<String> = common::example_files()
+        .iter()
+        .map(|f| kind(&common::load(f)))
+        .collect();
+    assert_eq!(examples, ["NamespaceInventory", "WorkloadRevision"]);
 }
 
 #[test]

@@ -77,7 +77,7 @@ const REASON_MODULES: &[(&str, &str)] = &[
     ("src/sandbox/autoscaler/mod.rs", "reasons"),
     ("src/discovery/signals.rs", "reasons"),
     ("src/discovery/controller.rs", "condition_reasons"),
-    ("src/scaling/decide.rs", "state"),
+    ("src/scaling/decide/plan.rs", "state"),
     ("src/sandbox/autoscaler/mod.rs", "session_states"),
     ("src/sandbox/autoscaler/mod.rs", "attempt_results"),
 ];
@@ -332,9 +332,9 @@ fn every_event_reason_is_documented() {
     }
     // `Shared::event(regarding, warning, reason, note)` of the sandbox controllers.
     names.extend(camel_args(".event(", 2));
-    // `event = Some((warning, "Reason", note))` in the claim controller, and the arms of
-    // `let (reason, verb) = match … { … => ("Reason", "verb"), … }` in scaling's decide
-    // (rustfmt may break either over lines).
+    // `event = Some((warning, "Reason", note))` in the claim controller, and match arms of
+    // the form `… => ("Reason", "verb")` (rustfmt may break either over lines); scaling's
+    // Normal Event reasons are constants (`api::scaling::events`).
     for (_, text) in code() {
         for (at, _) in text.match_indices("Some((") {
             let rest = text[at + "Some((".len()..].trim_start();
@@ -354,6 +354,7 @@ fn every_event_reason_is_documented() {
             }
         }
     }
+    names.extend(consts_in(&[("src/api/scaling.rs", "events")]));
     for known in ["Applied", "Reapplied", "Bound", "Released", "PodLost"] {
         assert!(names.contains(known), "the Event parser missed {known}");
     }
@@ -541,7 +542,12 @@ fn links_in_the_docs_resolve() {
     let mut broken = Vec::new();
     let readme = read("README.md");
     let mut pages = vec![(PathBuf::from("README.md"), readme.clone())];
-    for page in ["install.md", "reference.md", "troubleshooting.md"] {
+    for page in [
+        "install.md",
+        "helm.md",
+        "reference.md",
+        "troubleshooting.md",
+    ] {
         let rel = format!("docs/{page}");
         assert!(
             readme.contains(&format!("]({rel})")),

@@ -128,17 +128,19 @@ pub struct TargetRef {
         json_path = ".spec.timeZone",
         description = "Time zone of the schedule"
     ),
+    // The instants are string columns: kubectl prints `<invalid>` for a `date` column in the
+    // future, and a relative "in 3h" status field would need a write every minute.
     printcolumn(
         name = "Window End",
-        type_ = "date",
+        type_ = "string",
         json_path = ".status.window.end",
-        description = "When the open window closes"
+        description = "When the open window closes (RFC 3339, UTC)"
     ),
     printcolumn(
         name = "Next",
-        type_ = "date",
+        type_ = "string",
         json_path = ".status.nextWindows[0].start",
-        description = "When the next window opens"
+        description = "When the next window opens (RFC 3339, UTC)"
     ),
     printcolumn(
         name = "Ready",
@@ -197,17 +199,19 @@ pub struct ScalingTemplateSpec {
         json_path = ".spec.timeZone",
         description = "Time zone of the schedule"
     ),
+    // The instants are string columns: kubectl prints `<invalid>` for a `date` column in the
+    // future, and a relative "in 3h" status field would need a write every minute.
     printcolumn(
         name = "Window End",
-        type_ = "date",
+        type_ = "string",
         json_path = ".status.window.end",
-        description = "When the open window closes"
+        description = "When the open window closes (RFC 3339, UTC)"
     ),
     printcolumn(
         name = "Next",
-        type_ = "date",
+        type_ = "string",
         json_path = ".status.nextWindows[0].start",
-        description = "When the next window opens"
+        description = "When the next window opens (RFC 3339, UTC)"
     ),
     printcolumn(
         name = "Ready",
@@ -355,6 +359,20 @@ pub mod keys {
         "autoscaling.keda.sh/paused-scale-in",
         "autoscaling.keda.sh/paused-scale-out",
     ];
+}
+
+/// Reasons of the Normal Events about a template's writes (the Warnings use [`reasons`]).
+pub mod events {
+    /// An override written, or a provisional HPA created.
+    pub const APPLIED: &str = "Applied";
+    /// An override changed mid-window (the action's bounds changed).
+    pub const UPDATED: &str = "Updated";
+    /// An override another field manager undid, written again (a Warning).
+    pub const REAPPLIED: &str = "Reapplied";
+    /// Original values restored, or a provisional HPA deleted.
+    pub const REVERTED: &str = "Reverted";
+    /// The Deployment raised to the new minimum.
+    pub const SCALED_UP: &str = "ScaledUp";
 }
 
 /// Condition types and reasons specific to scaling templates.

@@ -11,10 +11,20 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Every file in `samples/`, sorted.
+/// Every file in `samples/` (not its subdirectories, as `kubectl apply -f samples/`), sorted.
 pub fn sample_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("samples"))
-        .expect("samples/ exists")
+    yaml_files(&root().join("samples"))
+}
+
+/// The examples of the kinds only Moonin writes (`docs/examples/`), sorted: kept out of
+/// `samples/` so that applying the samples never creates one.
+pub fn example_files() -> Vec<PathBuf> {
+    yaml_files(&root().join("docs/examples"))
+}
+
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
@@ -22,16 +32,49 @@ pub fn sample_files() -> Vec<PathBuf> {
     files
 }
 
-/// A sample as JSON.
+/// A single-object YAML file as JSON.
 pub fn load(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).expect("sample readable");
     serde_yaml::from_str(&text).expect("sample is YAML")
 }
 
+/// Every object of a YAML file that may hold several (`---`).
+pub fn load_all(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("sample readable");
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).expect("sample is YAML"))
+        .filter(|v| v.is_object())
+        .collect()
+}
+
+/// Whether an object is of one of Moonin's kinds.
+pub fn is_moonin(obj: &Value) -> bool {
+    obj["apiVersion"]
+        .as_str()
+        .is_some_and(|v| v.starts_with(&format!("{}/", moonin::api::GROUP)))
+}
+
+/// Every Moonin object of the samples (with the KEDA variant in `samples/keda/`) and of the
+/// examples, with its file.
+pub fn moonin_objects() -> Vec<(PathBuf, Value)> {
+    let mut files = sample_files();
+    files.extend(yaml_files(&root().join("samples/keda")));
+    files.extend(example_files());
+    files
+        .into_iter()
+        .flat_map(|f| {
+            load_all(&f)
+                .into_iter()
+                .filter(is_moonin)
+                .map(move |o| (f.clone(), o))
+        })
+        .collect()
+}
+
 /// An invalid object and the message admission must answer with.
 #[derive(Debug, Deserialize)]
 pub struct AdmissionCase {
-    /// File in `samples/`.
+    /// The sample's file, from the repository root (`samples/…` or `docs/examples/…`).
     pub sample: String,
     /// JSON Patch that makes it invalid.
     pub patch: json_patch::Patch,
@@ -42,7 +85,7 @@ pub struct AdmissionCase {
 impl AdmissionCase {
     /// The invalid object.
     pub fn object(&self) -> Value {
-        let mut obj = load(&root().join("samples").join(&self.sample));
+        let mut obj = load(&root().join(&self.sample));
         json_patch::patch(&mut obj, &self.patch).expect("case patch applies to its sample");
         obj
     }

@@ -22,8 +22,9 @@ async fn every_crd_is_established_and_every_sample_applies() {
     let crds = install_crds(&client).await;
     assert_eq!(crds.len(), moonin::api::all_crds().len());
     let ns = TestNamespace::new(&client, "samples").await;
-    for file in common::sample_files() {
-        let mut obj = common::load(&file);
+    // Every Moonin object of samples/ and docs/examples (the workloads the samples target are
+    // applied by `every_sample_becomes_ready`).
+    for (file, mut obj) in common::moonin_objects() {
         let cluster_scoped = matches!(
             obj["kind"].as_str(),
             Some("ClusterScalingTemplate") | Some("ClusterDiscovery")

@@ -3,6 +3,7 @@
 //! Without a reachable cluster every test skips with a message, unless `MOONIN_E2E=required`
 //! (set by `e2e/test`, the README's test command), where a missing cluster fails instead.
 
+mod chart;
 #[path = "../common/mod.rs"]
 mod common;
 mod discovery;
@@ -10,7 +11,9 @@ mod foundation;
 mod gitops;
 mod harness;
 mod hostile;
+mod image;
 mod rbac;
+mod samples;
 mod sandbox;
 mod scaling;
 mod tilt;

@@ -38,13 +38,15 @@ struct Sample {
     namespaced: bool,
 }
 
-/// Every sample object.
+/// Every Moonin object of `samples/` (the Deployments and HPA it holds too go with the test
+/// namespace).
 fn samples() -> Vec<Sample> {
     let crds = moonin::api::all_crds();
     common::sample_files()
         .iter()
-        .map(|f| {
-            let obj = common::load(f);
+        .flat_map(|f| common::load_all(f))
+        .filter(common::is_moonin)
+        .map(|obj| {
             let kind = obj["kind"].as_str().expect("kind").to_string();
             let crd = crds
                 .iter()
@@ -218,10 +220,13 @@ async fn tilt_ci_applies_the_samples_and_runs_the_manager_until_they_are_reconci
             .find(|r| r["metadata"]["name"] == name)
             .unwrap_or_else(|| panic!("Tilt resource {name} in the snapshot"))
     };
+    // `checkout` and `ingest`: the workloads the scaling samples target, one resource each.
     for name in [
         "config",
         "crds-established",
         "samples",
+        "checkout",
+        "ingest",
         "moonin",
         "samples-reconciled",
     ] {

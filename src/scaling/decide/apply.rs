@@ -17,7 +17,7 @@ use super::snapshot::{
 use super::{MAX_REAPPLIES, window::ActiveWindow};
 use crate::api::{
     field_manager,
-    scaling::{ActionStatus, ScalingAction, keys, reasons},
+    scaling::{ActionStatus, ScalingAction, events, keys, reasons},
 };
 
 /// What one action works with once its target passed the guards.
@@ -208,7 +208,7 @@ fn create_provisional(cx: &Context<'_>, reapplies: i32) -> Carried {
         name: name.clone(),
         write: Write::CreateHpa(hpa),
         event: Some(EventNote::normal(
-            "Applied",
+            events::APPLIED,
             format!(
                 "{}: created provisional HorizontalPodAutoscaler {}/{name} (min {}, max {eff_max}) until {}",
                 action.name, key.namespace, action.min_replicas, cx.window.end
@@ -394,9 +394,9 @@ fn override_op(
     }
     patch.extend(set_annotations(c.marks.has_annotations, &marks));
     let reason = match (reapplied, ours) {
-        (true, _) => "Reapplied",
-        (false, true) => "Updated",
-        (false, false) => "Applied",
+        (true, _) => events::REAPPLIED,
+        (false, true) => events::UPDATED,
+        (false, false) => events::APPLIED,
     };
     Op {
         action: cx.action.name.clone(),
@@ -444,7 +444,7 @@ fn raise_deployment(cx: &Context<'_>, dep_ours: bool, original: Option<i32>) -> 
         },
         event: below.then(|| {
             EventNote::normal(
-                "ScaledUp",
+                events::SCALED_UP,
                 format!(
                     "{}: Deployment {key} replicas {} -> {}",
                     action.name,

@@ -10,7 +10,10 @@ use super::outcome::is_ours;
 use super::patch::{remove_annotations, set_field, show, test_rv};
 use super::plan::{EventNote, ObjectKind, Op, Wave, Write};
 use super::snapshot::{Autoscaler, Marks, Snapshot, Target, TargetKey};
-use crate::api::{field_manager, scaling::keys};
+use crate::api::{
+    field_manager,
+    scaling::{events, keys},
+};
 
 /// What restoring the carriers of a target found, for the Deployment's restore.
 #[derive(Default)]
@@ -81,7 +84,7 @@ fn delete_provisional(key: &TargetKey, a: &Autoscaler, action: String) -> Op {
             resource_version: a.resource_version.clone(),
         },
         event: Some(EventNote::normal(
-            "Reverted",
+            events::REVERTED,
             format!(
                 "{action}: deleted provisional HorizontalPodAutoscaler {}/{}",
                 key.namespace, a.name
@@ -167,7 +170,7 @@ fn restore_autoscaler(
             kind: a.kind.into(),
             ops: patch,
         },
-        event: Some(EventNote::normal("Reverted", note)),
+        event: Some(EventNote::normal(events::REVERTED, note)),
         wave: Wave::default(),
     };
     (op, bounds)
@@ -232,7 +235,7 @@ fn restore_deployment(
             ops: patch,
         },
         event: Some(EventNote::normal(
-            "Reverted",
+            events::REVERTED,
             format!(
                 "{action}: Deployment {key} replicas {} -> {}",
                 d.replicas(),

@@ -74,6 +74,31 @@ fn default_identity() -> String {
     format!("{host}-{}-{:06x}", std::process::id(), suffix & 0xff_ffff)
 }
 
+/// A client for the configured cluster (kubeconfig or in-cluster) that counts every request
+/// in `moonin_api_requests_total`, and the API server's version (it must answer).
+async fn connect(
+    metrics: &Metrics,
+) -> anyhow::Result<(kube::Client, k8s_openapi::apimachinery::pkg::version::Info)> {
+    let config = kube::Config::infer()
+        .await
+        .context("no Kubernetes configuration: set KUBECONFIG or run in a cluster")?;
+    let counted = metrics.clone();
+    let client = kube::client::ClientBuilder::try_from(config)
+        .context("the Kubernetes configuration cannot build a client")?
+        .with_layer(&tower::util::MapRequestLayer::new(
+            move |req: ::http::Request<kube::client::Body>| {
+                counted.requested(req.method(), req.uri().path(), req.uri().query());
+                req
+            },
+        ))
+        .build();
+    let version = client
+        .apiserver_version()
+        .await
+        .context("the Kubernetes API server is not reachable")?;
+    Ok((client, version))
+}
+
 /// Runs the manager until SIGTERM or Ctrl-C.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let selected = controllers::select(&args.controllers).map_err(anyhow::Error::msg)?;
@@ -94,23 +119,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     .with_context(|| format!("binding --http-addr {}", args.http_addr))?;
     tracing::info!(%addr, "serving /healthz /readyz /metrics");
 
-    let config = kube::Config::infer()
-        .await
-        .context("no Kubernetes configuration: set KUBECONFIG or run in a cluster")?;
-    let counted = metrics.clone();
-    let client = kube::client::ClientBuilder::try_from(config)
-        .context("the Kubernetes configuration cannot build a client")?
-        .with_layer(&tower::util::MapRequestLayer::new(
-            move |req: ::http::Request<kube::client::Body>| {
-                counted.requested(req.method(), req.uri().path(), req.uri().query());
-                req
-            },
-        ))
-        .build();
-    let version = client
-        .apiserver_version()
-        .await
-        .context("the Kubernetes API server is not reachable")?;
+    let (client, version) = connect(&metrics).await?;
     tracing::info!(
         server = %version.git_version,
         %namespace,

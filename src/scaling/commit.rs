@@ -63,6 +63,18 @@ pub struct Writer {
     pub echoes: Echoes,
 }
 
+/// What writing a plan's ops came to.
+struct Written {
+    /// Events of the writes that succeeded.
+    notes: Vec<EventNote>,
+    /// Refusals by action: this time's and those still being waited out.
+    failures: BTreeMap<String, String>,
+    /// This time's refusals that count as a backoff step (logged, and a Warning Event).
+    counted: BTreeMap<String, String>,
+    /// When the soonest refused action may be retried.
+    retry_in: Option<std::time::Duration>,
+}
+
 /// Requests one manager's scaling controller has in flight at most.
 pub const MAX_IN_FLIGHT: usize = 32;
 
@@ -249,57 +261,63 @@ impl Writer {
         T: Template + HasStatus<Status = crate::api::scaling::ScalingTemplateStatus>,
     {
         let api: Api<T> = tpl.api(self.client.clone());
-        let regarding = tpl.object_ref(&());
-        let name = tpl.name_any();
         if plan.finalizer == Finalizer::Add {
-            if !(self.is_leader)() {
-                return Err(CommitError::NotLeader);
-            }
-            let rv = tpl.resource_version().unwrap_or_default();
-            let ops = match tpl.meta().finalizers.as_ref() {
-                Some(_) => json!([
-                    {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-                    {"op": "add", "path": "/metadata/finalizers/-", "value": keys::FINALIZER},
-                ]),
-                None => json!([
-                    {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-                    {"op": "add", "path": "/metadata/finalizers", "value": [keys::FINALIZER]},
-                ]),
-            };
-            self.patch_template(&api, &name, ops).await?;
+            self.add_finalizer(&api, tpl).await?;
         }
+        let written = self.write_with_backoff(tpl, &plan.ops).await?;
+        let mut status = plan.status.clone();
+        decide::record_failures(&mut status, &written.failures, now);
+        if tpl.status() != Some(&status) {
+            self.write_status(&api, tpl, &status).await?;
+        }
+        // Events last, after every write they report on succeeded; one Event per reason
+        // (its note lists the actions), so a boundary does not double the API traffic.
+        let mut all: Vec<EventNote> = written.notes;
+        all.extend(plan.events.iter().cloned());
+        all.extend(written.counted.iter().map(|(action, msg)| EventNote {
+            warning: true,
+            reason: crate::api::scaling::reasons::APPLY_FAILED,
+            note: format!("{action}: {msg}"),
+        }));
+        let regarding = tpl.object_ref(&());
+        futures::future::join_all(
+            coalesce(all)
+                .iter()
+                .map(|note| self.publish(note, &regarding)),
+        )
+        .await;
+        if plan.finalizer == Finalizer::Remove && written.failures.is_empty() {
+            self.remove_finalizer(&api, tpl).await?;
+        }
+        Ok(written.retry_in)
+    }
 
-        // Actions refused before wait out their backoff: their ops are not sent, and their
-        // last refusal stands in the status.
-        let id = match tpl.namespace() {
-            Some(ns) => format!("{ns}/{name}"),
-            None => name.clone(),
-        };
-        let key = |action: &str| format!("{}/{id}/{action}", T::kind(&()));
+    /// Writes `ops`, except those of actions whose earlier refusal is still being waited
+    /// out (their last refusal stands); refusals back off per template and action.
+    async fn write_with_backoff<T: Template>(
+        &self,
+        tpl: &T,
+        ops: &[Op],
+    ) -> Result<Written, CommitError> {
+        let id = crate::runtime::reference(tpl);
+        let key = |action: &str| format!("{id}/{action}");
         let generation = tpl.meta().generation;
         let clock = tokio::time::Instant::now();
-        let mut waiting: BTreeMap<String, String> = BTreeMap::new();
-        for op in &plan.ops {
+        let mut failures: BTreeMap<String, String> = BTreeMap::new();
+        let mut retry_in: Option<std::time::Duration> = None;
+        for op in ops {
             if let Some(w) = self.backoff.waiting(&key(&op.action), generation, clock) {
-                waiting.insert(op.action.clone(), w.message);
+                failures.insert(op.action.clone(), w.message);
+                retry_in = Some(retry_in.map_or(w.remaining, |r| r.min(w.remaining)));
             }
         }
-        let ops: Vec<Op> = plan
-            .ops
+        let sent: Vec<Op> = ops
             .iter()
-            .filter(|op| !waiting.contains_key(&op.action))
+            .filter(|op| !failures.contains_key(&op.action))
             .cloned()
             .collect();
-        let (notes, failed) = self.write_ops(&ops).await?;
-        let mut retry_in: Option<std::time::Duration> = waiting
-            .keys()
-            .filter_map(|a| {
-                self.backoff
-                    .waiting(&key(a), generation, clock)
-                    .map(|w| w.remaining)
-            })
-            .min();
-        for op in &ops {
+        let (notes, failed) = self.write_ops(&sent).await?;
+        for op in &sent {
             if !failed.contains_key(&op.action) {
                 self.backoff.succeeded(&key(&op.action));
             }
@@ -319,66 +337,87 @@ impl Writer {
                 counted.insert(action.clone(), msg.clone());
             }
         }
-        let mut failures = waiting;
-        failures.extend(failed.clone());
+        failures.extend(failed);
+        Ok(Written {
+            notes,
+            failures,
+            counted,
+            retry_in,
+        })
+    }
 
-        let mut status = plan.status.clone();
-        decide::record_failures(&mut status, &failures, now);
-        if tpl.status() != Some(&status) {
-            if !(self.is_leader)() {
-                return Err(CommitError::NotLeader);
-            }
-            let body = json!({
-                "apiVersion": T::api_version(&()),
-                "kind": T::kind(&()),
-                "status": status,
-            });
-            let pp = PatchParams::apply(field_manager::MANAGER).force();
-            let _permit = self.in_flight.acquire().await;
-            let written = api
-                .patch_status(&name, &pp, &Patch::Apply(&body))
-                .await
-                .map_err(CommitError::Template)?;
-            self.echoes.expect(&written);
-            self.metrics
-                .wrote(CONTROLLER, &format!("{}/status", T::kind(&())));
+    /// The template's status, server-side applied by the manager; its echo on the watch
+    /// does not wake the template.
+    async fn write_status<T>(
+        &self,
+        api: &Api<T>,
+        tpl: &T,
+        status: &crate::api::scaling::ScalingTemplateStatus,
+    ) -> Result<(), CommitError>
+    where
+        T: Template + HasStatus<Status = crate::api::scaling::ScalingTemplateStatus>,
+    {
+        if !(self.is_leader)() {
+            return Err(CommitError::NotLeader);
         }
-        // Events last, after every write they report on succeeded; one Event per reason
-        // (its note lists the actions), so a boundary does not double the API traffic.
-        let mut all: Vec<EventNote> = notes;
-        all.extend(plan.events.iter().cloned());
-        all.extend(counted.iter().map(|(action, msg)| EventNote {
-            warning: true,
-            reason: crate::api::scaling::reasons::APPLY_FAILED,
-            note: format!("{action}: {msg}"),
-        }));
-        futures::future::join_all(
-            coalesce(all)
-                .iter()
-                .map(|note| self.publish(note, &regarding)),
-        )
-        .await;
+        let body = json!({
+            "apiVersion": T::api_version(&()),
+            "kind": T::kind(&()),
+            "status": status,
+        });
+        let pp = PatchParams::apply(field_manager::MANAGER).force();
+        let _permit = self.in_flight.acquire().await;
+        let written = api
+            .patch_status(&tpl.name_any(), &pp, &Patch::Apply(&body))
+            .await
+            .map_err(CommitError::Template)?;
+        self.echoes.expect(&written);
+        self.metrics
+            .wrote(CONTROLLER, &format!("{}/status", T::kind(&())));
+        Ok(())
+    }
 
-        if plan.finalizer == Finalizer::Remove && failures.is_empty() {
-            if !(self.is_leader)() {
-                return Err(CommitError::NotLeader);
-            }
-            if let Some(i) = tpl
-                .meta()
-                .finalizers
-                .iter()
-                .flatten()
-                .position(|f| f == keys::FINALIZER)
-            {
-                let path = format!("/metadata/finalizers/{i}");
-                let ops = json!([
-                    {"op": "test", "path": path, "value": keys::FINALIZER},
-                    {"op": "remove", "path": path},
-                ]);
-                self.patch_template(&api, &name, ops).await?;
-            }
+    async fn add_finalizer<T: Template>(&self, api: &Api<T>, tpl: &T) -> Result<(), CommitError> {
+        if !(self.is_leader)() {
+            return Err(CommitError::NotLeader);
         }
-        Ok(retry_in)
+        let rv = tpl.resource_version().unwrap_or_default();
+        let ops = match tpl.meta().finalizers.as_ref() {
+            Some(_) => json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+                {"op": "add", "path": "/metadata/finalizers/-", "value": keys::FINALIZER},
+            ]),
+            None => json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+                {"op": "add", "path": "/metadata/finalizers", "value": [keys::FINALIZER]},
+            ]),
+        };
+        self.patch_template(api, &tpl.name_any(), ops).await
+    }
+
+    async fn remove_finalizer<T: Template>(
+        &self,
+        api: &Api<T>,
+        tpl: &T,
+    ) -> Result<(), CommitError> {
+        if !(self.is_leader)() {
+            return Err(CommitError::NotLeader);
+        }
+        let Some(i) = tpl
+            .meta()
+            .finalizers
+            .iter()
+            .flatten()
+            .position(|f| f == keys::FINALIZER)
+        else {
+            return Ok(());
+        };
+        let path = format!("/metadata/finalizers/{i}");
+        let ops = json!([
+            {"op": "test", "path": path, "value": keys::FINALIZER},
+            {"op": "remove", "path": path},
+        ]);
+        self.patch_template(api, &tpl.name_any(), ops).await
     }
 
     async fn patch_template<T: Template>(

@@ -219,7 +219,80 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     let (ns_tx, ns_rx) = cache::requests::<ScalingTemplate>();
     let (cl_tx, cl_rx) = cache::requests::<ClusterScalingTemplate>();
     let echoes = cache::Echoes::default();
-    // Each template kind is watched once: its cache feeds its controller and the triggers.
+    let (stores, mut drives) = caches(&client, ns_tx, cl_tx, &echoes).await;
+    let events = Publisher::new(client.clone(), "moonin-scaling");
+    drives.push(Box::pin(invalid::report::<ScalingTemplate>(
+        client.clone(),
+        ctx.leadership.clone(),
+        events.clone(),
+        ctx.shutdown.clone(),
+    )));
+    drives.push(Box::pin(invalid::report::<ClusterScalingTemplate>(
+        client.clone(),
+        ctx.leadership.clone(),
+        events.clone(),
+        ctx.shutdown.clone(),
+    )));
+    let leader = ctx.leadership.clone();
+    let is_leader = {
+        let l = leader.clone();
+        Arc::new(move || l.is_leader()) as Arc<dyn Fn() -> bool + Send + Sync>
+    };
+    let shared = Arc::new(Shared {
+        stores: stores.clone(),
+        writer: Writer {
+            client,
+            events,
+            metrics: ctx.metrics.clone(),
+            is_leader,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(super::commit::MAX_IN_FLIGHT)),
+            backoff: Arc::new(Backoff::default()),
+            echoes,
+        },
+        metrics: ctx.metrics.clone(),
+        leader,
+        sweep: Arc::new(Notify::new()),
+    });
+    let ns_ctl = controller(&ctx, stores.templates.clone(), ns_rx, shared.clone());
+    let cl_ctl = controller(
+        &ctx,
+        stores.cluster_templates.clone(),
+        cl_rx,
+        shared.clone(),
+    );
+    let sweeper = {
+        let shared = shared.clone();
+        let shutdown = ctx.shutdown.clone();
+        async move {
+            stores.wait_until_ready().await;
+            readiness.report_synced();
+            tracing::info!("scaling caches synced");
+            // A new leader sweeps at once: the previous one may have died mid-revert.
+            let notify = shared.sweep.clone();
+            let wake = shared.leader.acquisitions().for_each(move |()| {
+                notify.notify_one();
+                futures::future::ready(())
+            });
+            futures::future::join(sweep_loop(shared, shutdown), wake).await;
+        }
+    };
+    tokio::select! {
+        _ = futures::future::join_all(drives) => {}
+        _ = futures::future::join3(ns_ctl, cl_ctl, sweeper) => {}
+        _ = ctx.shutdown.cancelled() => {}
+    }
+    Ok(())
+}
+
+/// The caches the scaling controller reads, and the futures that drive them. Each template
+/// kind is watched once: its cache feeds its controller; a change to a Deployment, HPA or
+/// ScaledObject reconciles the templates interested in it.
+async fn caches(
+    client: &kube::Client,
+    ns_tx: futures::channel::mpsc::UnboundedSender<ObjectRef<ScalingTemplate>>,
+    cl_tx: futures::channel::mpsc::UnboundedSender<ObjectRef<ClusterScalingTemplate>>,
+    echoes: &cache::Echoes,
+) -> (Stores, Vec<BoxFuture<'static, ()>>) {
     let (ns_store, ns_drive) = cache::cache::<ScalingTemplate>(
         client.clone(),
         watch_config(),
@@ -252,26 +325,8 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         trim_hpa,
         triggers!(load::hpa_target),
     );
-    let events = Publisher::new(client.clone(), "moonin-scaling");
-    let mut drives = vec![
-        ns_drive,
-        cl_drive,
-        dep_drive,
-        hpa_drive,
-        Box::pin(invalid::report::<ScalingTemplate>(
-            client.clone(),
-            ctx.leadership.clone(),
-            events.clone(),
-            ctx.shutdown.clone(),
-        )) as BoxFuture<'static, ()>,
-        Box::pin(invalid::report::<ClusterScalingTemplate>(
-            client.clone(),
-            ctx.leadership.clone(),
-            events.clone(),
-            ctx.shutdown.clone(),
-        )),
-    ];
-    let scaled_objects = if cache::installed::<ScaledObject>(&client).await {
+    let mut drives = vec![ns_drive, cl_drive, dep_drive, hpa_drive];
+    let scaled_objects = if cache::installed::<ScaledObject>(client).await {
         let (s, drive) = cache::cache::<ScaledObject>(
             client.clone(),
             watch_config(),
@@ -287,91 +342,32 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         None
     };
     let stores = Stores {
-        templates: ns_store.clone(),
-        cluster_templates: cl_store.clone(),
+        templates: ns_store,
+        cluster_templates: cl_store,
         deployments,
         hpas,
         scaled_objects,
     };
-    let leader = ctx.leadership.clone();
-    let is_leader = {
-        let l = leader.clone();
-        Arc::new(move || l.is_leader()) as Arc<dyn Fn() -> bool + Send + Sync>
-    };
-    let shared_state = Arc::new(Shared {
-        stores: stores.clone(),
-        writer: Writer {
-            client: client.clone(),
-            events,
-            metrics: ctx.metrics.clone(),
-            is_leader,
-            in_flight: Arc::new(tokio::sync::Semaphore::new(super::commit::MAX_IN_FLIGHT)),
-            backoff: Arc::new(Backoff::default()),
-            echoes,
-        },
-        metrics: ctx.metrics.clone(),
-        leader: leader.clone(),
-        sweep: Arc::new(Notify::new()),
-    });
+    (stores, drives)
+}
 
-    let drive_all = futures::future::join_all(drives);
-    let wait_ready = {
-        let s = stores.clone();
-        async move {
-            let _ = s.deployments.wait_until_ready().await;
-            let _ = s.hpas.wait_until_ready().await;
-            if let Some(so) = &s.scaled_objects {
-                let _ = so.wait_until_ready().await;
-            }
-            let _ = s.templates.wait_until_ready().await;
-            let _ = s.cluster_templates.wait_until_ready().await;
-        }
-    };
-
-    let ns_ctl = Controller::for_stream(futures::stream::pending(), ns_store)
-        .reconcile_on(ns_rx)
-        .reconcile_all_on(leader.acquisitions())
+/// The controller of template kind `T`, on its cache, reconciled on `requests` and on
+/// every leadership acquisition.
+fn controller<T>(
+    ctx: &Context,
+    store: Store<T>,
+    requests: futures::channel::mpsc::UnboundedReceiver<ObjectRef<T>>,
+    shared: Arc<Shared>,
+) -> impl std::future::Future<Output = ()>
+where
+    T: Template + HasStatus<Status = ScalingTemplateStatus>,
+{
+    Controller::for_stream(futures::stream::pending(), store)
+        .reconcile_on(requests)
+        .reconcile_all_on(ctx.leadership.acquisitions())
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(
-            reconcile::<ScalingTemplate>,
-            error_policy::<ScalingTemplate>,
-            shared_state.clone(),
-        )
-        .for_each(cache::controller_result("ScalingTemplate"));
-    let cl_ctl = Controller::for_stream(futures::stream::pending(), cl_store)
-        .reconcile_on(cl_rx)
-        .reconcile_all_on(leader.acquisitions())
-        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(
-            reconcile::<ClusterScalingTemplate>,
-            error_policy::<ClusterScalingTemplate>,
-            shared_state.clone(),
-        )
-        .for_each(cache::controller_result("ClusterScalingTemplate"));
-
-    let shutdown = ctx.shutdown.clone();
-    let sweeper = {
-        let shared_state = shared_state.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            wait_ready.await;
-            readiness.report_synced();
-            tracing::info!("scaling caches synced");
-            // A new leader sweeps at once: the previous one may have died mid-revert.
-            let notify = shared_state.sweep.clone();
-            let wake = shared_state.leader.acquisitions().for_each(move |()| {
-                notify.notify_one();
-                futures::future::ready(())
-            });
-            futures::future::join(sweep_loop(shared_state, shutdown), wake).await;
-        }
-    };
-    tokio::select! {
-        _ = drive_all => {}
-        _ = futures::future::join3(ns_ctl, cl_ctl, sweeper) => {}
-        _ = shutdown.cancelled() => {}
-    }
-    Ok(())
+        .run(reconcile::<T>, error_policy::<T>, shared)
+        .for_each(cache::controller_result(T::KIND.as_str()))
 }
 
 /// A trigger for templates of kind `T`: a change to an object scaling (or being) a target

@@ -76,6 +76,19 @@ pub struct Stores {
     pub scaled_objects: Option<Store<ScaledObject>>,
 }
 
+impl Stores {
+    /// Waits until every cache has listed once.
+    pub async fn wait_until_ready(&self) {
+        let _ = self.deployments.wait_until_ready().await;
+        let _ = self.hpas.wait_until_ready().await;
+        if let Some(so) = &self.scaled_objects {
+            let _ = so.wait_until_ready().await;
+        }
+        let _ = self.templates.wait_until_ready().await;
+        let _ = self.cluster_templates.wait_until_ready().await;
+    }
+}
+
 /// The Deployment an HPA scales, if it scales one.
 pub fn hpa_target(hpa: &HorizontalPodAutoscaler) -> Option<TargetKey> {
     let r = &hpa.spec.scale_target_ref;

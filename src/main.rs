@@ -1,5 +1,5 @@
 //! The `moonin` command: `run` the manager, print a template's `schedule`, print the
-//! `crds`, print the `version`.
+//! `crds` or the `argocd` configuration, print the `version`.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -39,6 +39,15 @@ enum Command {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+    /// Print the Argo CD ConfigMap `argocd-cm` (a Lua health check per kind, and the
+    /// ignored differences), or write it and one `health/<Kind>.lua` per kind into a
+    /// directory.
+    Argocd {
+        /// Write `argocd-cm.yaml` and `health/<Kind>.lua` here instead of printing the
+        /// ConfigMap.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
     /// Print the version.
     Version,
 }
@@ -75,6 +84,17 @@ fn print_crds(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn print_argocd(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    match out_dir {
+        Some(dir) => {
+            moonin::gitops::argocd::write(&dir)
+                .with_context(|| format!("writing into {}", dir.display()))?;
+        }
+        None => print!("{}", moonin::gitops::argocd::config_map()),
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -85,6 +105,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Schedule(args) => moonin::scaling::schedule::run(args).await,
         Command::Crds { out_dir } => print_crds(out_dir),
+        Command::Argocd { out_dir } => print_argocd(out_dir),
         Command::Version => {
             println!("moonin {}", env!("CARGO_PKG_VERSION"));
             Ok(())

@@ -537,6 +537,75 @@ fn every_run_flag_env_var_default_and_value_is_documented() {
     );
 }
 
+/// Every subcommand of `moonin --help` has a row in the reference's command table, and
+/// each of its own flags is named in that row (the flags of `run` have a table of their
+/// own, checked above).
+#[test]
+fn every_subcommand_and_its_flags_are_in_the_command_table() {
+    let help = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_moonin"))
+            .args(args)
+            .output()
+            .expect("the moonin binary runs");
+        assert!(out.status.success(), "moonin {args:?} failed");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let top = help(&["--help"]);
+    let subcommands: Vec<String> = top
+        .lines()
+        .skip_while(|l| l.trim() != "Commands:")
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect();
+    assert!(
+        subcommands.len() >= 4 && subcommands.iter().any(|c| c == "run"),
+        "unexpected help:\n{top}"
+    );
+    let doc = reference();
+    let mut missing = Vec::new();
+    for sub in &subcommands {
+        let Some(row) = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| `moonin {sub}")))
+        else {
+            missing.push(format!("a row `moonin {sub}`"));
+            continue;
+        };
+        if sub == "run" {
+            continue;
+        }
+        for line in help(&[sub, "--help"]).lines() {
+            let t = line.trim();
+            if !t.starts_with('-') {
+                continue;
+            }
+            // `-o, --output <OUTPUT>` or `--from <RFC3339>`: the row names one of the spellings.
+            let spellings: Vec<&str> = t
+                .split([' ', ','])
+                .filter(|w| w.starts_with('-') && w.len() > 1)
+                .collect();
+            // Possible values (`- json: …`) are not flags.
+            let global_or_help = spellings.is_empty()
+                || spellings
+                    .iter()
+                    .any(|w| matches!(*w, "--help" | "--log-format"));
+            if !global_or_help && !spellings.iter().any(|w| row.contains(w)) {
+                missing.push(format!(
+                    "{} in the row of `moonin {sub}`",
+                    spellings.join("/")
+                ));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/reference.md's command table lacks: {missing:?}"
+    );
+}
+
 #[test]
 fn links_in_the_docs_resolve() {
     let mut broken = Vec::new();

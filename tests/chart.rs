@@ -12,7 +12,6 @@ use std::{
     process::Command,
 };
 
-use serde::Deserialize;
 use serde_json::Value;
 
 const CONTROLLERS: [&str; 3] = ["discovery", "scaling", "sandbox"];
@@ -54,8 +53,9 @@ fn render_ok(sets: &[&str]) -> Vec<Value> {
 }
 
 fn docs(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
-        .filter_map(|d| Value::deserialize(d).ok())
+    common::yaml_documents(text)
+        .unwrap_or_else(|e| panic!("helm renders YAML: {e}"))
+        .into_iter()
         .filter(|v| v.is_object())
         .collect()
 }
@@ -180,7 +180,7 @@ fn the_chart_crds_are_the_generated_ones() {
 fn the_chart_version_is_the_crate_version() {
     let text = std::fs::read_to_string(common::root().join("charts/moonin/Chart.yaml"))
         .expect("Chart.yaml");
-    let chart: Value = serde_yaml::from_str(&text).expect("Chart.yaml parses");
+    let chart: Value = common::from_yaml(&text).expect("Chart.yaml parses");
     assert_eq!(chart["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"));
 }
@@ -495,10 +495,9 @@ fn value_paths(prefix: &str, v: &Value, out: &mut Vec<String>) {
 #[test]
 fn every_value_is_in_the_schema_and_the_docs_table() {
     let root = common::root().join("charts/moonin");
-    let values: Value = serde_yaml::from_str(
-        &std::fs::read_to_string(root.join("values.yaml")).expect("values.yaml"),
-    )
-    .expect("values.yaml parses");
+    let values: Value =
+        common::from_yaml(&std::fs::read_to_string(root.join("values.yaml")).expect("values.yaml"))
+            .expect("values.yaml parses");
     let schema: Value = serde_json::from_str(
         &std::fs::read_to_string(root.join("values.schema.json")).expect("schema"),
     )

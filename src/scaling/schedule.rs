@@ -10,7 +10,6 @@ use std::path::Path;
 use anyhow::{Context as _, bail};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
-use serde::Deserialize as _;
 
 use super::window::{ActiveWindow, PlannedWindow, Reason, WindowError, WindowInputs, evaluate};
 use crate::api::scaling::{ClusterScalingTemplate, ScalingTemplate, WindowSpec};
@@ -244,10 +243,14 @@ fn label(kind: &str, namespace: Option<&str>, name: Option<&str>) -> String {
 /// text; documents of other kinds are ignored. `source` names the text in errors.
 pub fn parse_manifests(text: &str, source: &str) -> anyhow::Result<LoadedTemplate> {
     let mut found = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    // Read as the API server would store it, as JSON; only `true` and `false` are booleans
+    // (YAML 1.2, as kubectl's YAML 1.1 `yes`/`on` are not meant in a manifest).
+    let options = serde_saphyr::options! { strict_booleans: true };
+    let mut input = text.as_bytes();
+    let documents = serde_saphyr::read_with_options::<_, serde_json::Value>(&mut input, options);
+    for (i, value) in documents.enumerate() {
         let n = i + 1;
-        let value = serde_yaml::Value::deserialize(doc)
-            .with_context(|| format!("{source}: document {n} is not valid YAML"))?;
+        let value = value.with_context(|| format!("{source}: document {n} is not valid YAML"))?;
         let kind = value
             .get("kind")
             .and_then(|k| k.as_str())
@@ -255,7 +258,7 @@ pub fn parse_manifests(text: &str, source: &str) -> anyhow::Result<LoadedTemplat
             .to_string();
         let template = match kind.as_str() {
             "ScalingTemplate" => {
-                let t: ScalingTemplate = serde_yaml::from_value(value)
+                let t: ScalingTemplate = serde_json::from_value(value)
                     .with_context(|| format!("{source}: document {n} is not a valid {kind}"))?;
                 let meta = &t.metadata;
                 LoadedTemplate {
@@ -264,7 +267,7 @@ pub fn parse_manifests(text: &str, source: &str) -> anyhow::Result<LoadedTemplat
                 }
             }
             "ClusterScalingTemplate" => {
-                let t: ClusterScalingTemplate = serde_yaml::from_value(value)
+                let t: ClusterScalingTemplate = serde_json::from_value(value)
                     .with_context(|| format!("{source}: document {n} is not a valid {kind}"))?;
                 LoadedTemplate {
                     label: label(&kind, None, t.metadata.name.as_deref()),
@@ -381,7 +384,7 @@ mod tests {
     }
 
     fn spec(yaml: &str) -> WindowSpec {
-        serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{yaml}: {e}"))
+        serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{yaml}: {e}"))
     }
 
     fn planned(yaml: &str, from: &str, count: usize) -> SchedulePlan {

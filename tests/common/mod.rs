@@ -32,17 +32,41 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// How the tests read YAML: as the API server stores it, in JSON terms, where only `true`
+/// and `false` are booleans (YAML 1.2: a `yes` or `on` stays a string).
+pub fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! { strict_booleans: true }
+}
+
+/// One YAML document as `T` (JSON values included).
+pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_saphyr::Error> {
+    serde_saphyr::from_str_with_options(text, yaml_options())
+}
+
+/// Every document of a YAML stream (`---`-separated), empty ones left out.
+pub fn yaml_documents(text: &str) -> Result<Vec<Value>, serde_saphyr::Error> {
+    serde_saphyr::from_multiple_with_options(text, yaml_options())
+}
+
+/// A value as one YAML document: text with line breaks as a literal block, every other
+/// string on one line (a long token such as a certificate is never folded).
+pub fn to_yaml<T: serde::Serialize>(value: &T) -> String {
+    let options = serde_saphyr::ser_options! { folded_wrap_chars: usize::MAX };
+    serde_saphyr::to_string_with_options(value, options).expect("a JSON-like value renders")
+}
+
 /// A single-object YAML file as JSON.
 pub fn load(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).expect("sample readable");
-    serde_yaml::from_str(&text).expect("sample is YAML")
+    from_yaml(&text).expect("sample is YAML")
 }
 
 /// Every object of a YAML file that may hold several (`---`).
 pub fn load_all(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).expect("sample readable");
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).expect("sample is YAML"))
+    yaml_documents(&text)
+        .expect("sample is YAML")
+        .into_iter()
         .filter(|v| v.is_object())
         .collect()
 }
@@ -94,7 +118,7 @@ impl AdmissionCase {
 /// Every case of `e2e/admission-cases.yaml`.
 pub fn admission_cases() -> Vec<AdmissionCase> {
     let text = std::fs::read_to_string(root().join("e2e/admission-cases.yaml")).expect("cases");
-    serde_yaml::from_str(&text).expect("cases parse")
+    from_yaml(&text).expect("cases parse")
 }
 
 /// The generated CRD schema of a kind.

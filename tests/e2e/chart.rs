@@ -84,7 +84,7 @@ fn service_account_kubeconfig(ns: &str, sa: &str) -> PathBuf {
     });
     let path =
         std::env::temp_dir().join(format!("moonin-e2e-chart-kubeconfig-{}", random_suffix()));
-    std::fs::write(&path, serde_yaml::to_string(&config).expect("yaml")).expect("kubeconfig");
+    std::fs::write(&path, crate::common::to_yaml(&config)).expect("kubeconfig");
     path
 }
 

@@ -16,7 +16,6 @@ use kube::{
     api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams},
     core::GroupVersionKind,
 };
-use serde::Deserialize;
 use serde_json::Value;
 
 /// Field manager of objects the tests apply.
@@ -144,8 +143,7 @@ impl TestNamespace {
                 continue;
             }
             let text = std::fs::read_to_string(&path).expect("rbac file");
-            for doc in serde_yaml::Deserializer::from_str(&text) {
-                let mut v = Value::deserialize(doc).expect("rbac yaml");
+            for mut v in crate::common::yaml_documents(&text).expect("rbac yaml") {
                 match v["kind"].as_str() {
                     Some("ClusterRole") => {}
                     Some("ServiceAccount") | Some("RoleBinding") => {
@@ -169,7 +167,7 @@ impl TestNamespace {
                     }
                 }
                 docs.push_str("---\n");
-                docs.push_str(&serde_yaml::to_string(&v).expect("yaml"));
+                docs.push_str(&crate::common::to_yaml(&v));
             }
         }
         let file = std::env::temp_dir().join(format!(
@@ -325,18 +323,18 @@ pub struct Manager {
 pub fn impersonating_kubeconfig(user: &str) -> PathBuf {
     let source = std::env::var("KUBECONFIG").expect("KUBECONFIG is set by e2e/cluster env");
     let source = source.split(':').next().unwrap_or_default().to_string();
-    let mut config: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(&source).expect("kubeconfig readable"))
+    let mut config: Value =
+        crate::common::from_yaml(&std::fs::read_to_string(&source).expect("kubeconfig readable"))
             .expect("kubeconfig parses");
-    if let Some(users) = config.get_mut("users").and_then(|u| u.as_sequence_mut()) {
+    if let Some(users) = config.get_mut("users").and_then(|u| u.as_array_mut()) {
         for u in users {
-            if let Some(map) = u.get_mut("user").and_then(|v| v.as_mapping_mut()) {
+            if let Some(map) = u.get_mut("user").and_then(|v| v.as_object_mut()) {
                 map.insert("as".into(), user.into());
             }
         }
     }
     let path = std::env::temp_dir().join(format!("moonin-e2e-kubeconfig-{}", random_suffix()));
-    std::fs::write(&path, serde_yaml::to_string(&config).expect("yaml")).expect("write kubeconfig");
+    std::fs::write(&path, crate::common::to_yaml(&config)).expect("write kubeconfig");
     path
 }
 

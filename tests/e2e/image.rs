@@ -55,13 +55,12 @@ fn install_config_default(ns: &TestNamespace) {
         &common::root().join("config/default").display().to_string(),
     ]);
     let mut text = String::new();
-    for doc in serde_yaml::Deserializer::from_str(&rendered) {
-        let v: Value = serde::Deserialize::deserialize(doc).expect("yaml");
+    for v in crate::common::yaml_documents(&rendered).expect("kustomize renders YAML") {
         if v["kind"] == "Deployment" {
             continue;
         }
         text.push_str("---\n");
-        text.push_str(&serde_yaml::to_string(&v).expect("yaml"));
+        text.push_str(&crate::common::to_yaml(&v));
     }
     let file = std::env::temp_dir().join(format!("moonin-e2e-config-default-{}.yaml", ns.name));
     std::fs::write(&file, text).expect("write");

@@ -188,7 +188,7 @@ pub fn apply(ns: &TestNamespace, objects: &[Value], what: &str) {
     let mut text = String::new();
     for o in objects {
         text.push_str("---\n");
-        text.push_str(&serde_yaml::to_string(o).expect("yaml"));
+        text.push_str(&crate::common::to_yaml(o));
     }
     std::fs::write(&file, text).expect("write samples");
     kubectl_apply(&file, None);

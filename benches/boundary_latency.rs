@@ -14,13 +14,9 @@
 //!
 //! Without `--bench` (how `cargo test --all-targets` runs it) it only says how to run it.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[allow(dead_code)]
-#[path = "../tests/e2e/harness.rs"]
-mod harness;
 #[allow(dead_code)]
 mod shared;
+use shared::{common, harness};
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -36,13 +32,25 @@ use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutos
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
-    runtime::{WatchStreamExt, watcher},
+    runtime::watcher,
 };
 use moonin::api::scaling::{ScalingTemplate, keys};
 use serde_json::{Value, json};
 
 use harness::{Manager, TestNamespace};
-use shared::{builds, http_get, interrupted, label, listing, mib, progress};
+use shared::{
+    machine::{self, builds, wait_until_quiet},
+    manager::{self as bench_manager, ManagerSeat, wait_until_leading},
+    metrics::{Counters as Scrape, label, scrape, scrape_retrying},
+    params::{command_line, positive},
+    plane,
+    process::{self, ManagerProcess, moonin_managers},
+    report::{breakdown, listing, mib, num, progress},
+    signals::or_interrupted,
+    stats::{Stats, stats},
+    wait,
+    watch::{self, Seen as Event},
+};
 
 /// Deployment replicas before and after the window.
 const REPLICAS: i32 = 1;
@@ -61,19 +69,11 @@ const SCRAPE_EVERY: Duration = Duration::from_millis(200);
 /// Concurrent creates while setting up.
 const CREATE_CONCURRENCY: usize = 32;
 
+/// How often the benchmark looks again at what it waits for.
+const POLL: Duration = Duration::from_millis(200);
+
 fn main() -> ExitCode {
-    if !std::env::args().skip(1).any(|a| a == "--bench") {
-        println!(
-            "boundary_latency is a benchmark, not a test; run it with `cargo bench --bench boundary_latency` (needs `e2e/cluster up` and `eval \"$(e2e/cluster env)\"`)"
-        );
-        return ExitCode::SUCCESS;
-    }
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-        .block_on(run())
+    plane::main("boundary_latency", 4, "", run)
 }
 
 struct Params {
@@ -85,20 +85,11 @@ struct Params {
 
 impl Params {
     fn from_env() -> Result<Self, String> {
-        fn var(name: &str, default: usize) -> Result<usize, String> {
-            match std::env::var(name) {
-                Err(_) => Ok(default),
-                Ok(v) => match v.parse::<usize>() {
-                    Ok(n) if n > 0 => Ok(n),
-                    _ => Err(format!("{name}={v:?}: expected a positive integer")),
-                },
-            }
-        }
         Ok(Self {
-            templates: var("MOONIN_BENCH_TEMPLATES", 100)?,
-            actions: var("MOONIN_BENCH_ACTIONS", 5)?,
-            setup_secs: var("MOONIN_BENCH_SETUP_SECS", 40)? as i64,
-            quiet_secs: var("MOONIN_BENCH_QUIET_WAIT_SECS", 300)? as u64,
+            templates: positive("MOONIN_BENCH_TEMPLATES", 100)? as usize,
+            actions: positive("MOONIN_BENCH_ACTIONS", 5)? as usize,
+            setup_secs: positive("MOONIN_BENCH_SETUP_SECS", 40)? as i64,
+            quiet_secs: positive("MOONIN_BENCH_QUIET_WAIT_SECS", 300)?,
         })
     }
 
@@ -119,18 +110,15 @@ impl Params {
     }
 
     fn command(&self) -> String {
-        let mut env = String::new();
-        for name in [
-            "MOONIN_BENCH_TEMPLATES",
-            "MOONIN_BENCH_ACTIONS",
-            "MOONIN_BENCH_SETUP_SECS",
-            "MOONIN_BENCH_QUIET_WAIT_SECS",
-        ] {
-            if let Ok(v) = std::env::var(name) {
-                env.push_str(&format!("{name}={v} "));
-            }
-        }
-        format!("{env}cargo bench --bench boundary_latency")
+        command_line(
+            "boundary_latency",
+            &[
+                "MOONIN_BENCH_TEMPLATES",
+                "MOONIN_BENCH_ACTIONS",
+                "MOONIN_BENCH_SETUP_SECS",
+                "MOONIN_BENCH_QUIET_WAIT_SECS",
+            ],
+        )
     }
 }
 
@@ -238,25 +226,16 @@ fn spawn_watch<K>(api: Api<K>, seen: Shared, index: usize, on: fn(&mut Seen, &K,
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
-    tokio::spawn(async move {
-        let mut events = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .boxed();
-        while let Some(event) = events.next().await {
-            let at = Timestamp::now();
-            let mut seen = seen.lock().expect("seen");
-            match event {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                    on(&mut seen, &o, at)
-                }
-                Ok(watcher::Event::Init) if seen.synced[index] => seen.relists += 1,
-                Ok(watcher::Event::InitDone) => seen.synced[index] = true,
-                Ok(_) => {}
-                Err(e) => {
-                    seen.errors += 1;
-                    eprintln!("watch error (the watcher retries): {e}");
-                }
-            }
+    let what = ["HPA", "Deployment", "template"][index];
+    watch::spawn(what, api, watcher::Config::default(), move |event| {
+        let at = Timestamp::now();
+        let mut seen = seen.lock().expect("seen");
+        match event {
+            Event::Object(o) => on(&mut seen, &o, at),
+            Event::Synced => seen.synced[index] = true,
+            Event::Relisted => seen.relists += 1,
+            Event::Failed => seen.errors += 1,
+            Event::Deleted(_) => {}
         }
     });
 }
@@ -264,179 +243,23 @@ where
 // ---------------------------------------------------------------------------------------
 // The manager: metrics, memory, and other managers on this machine.
 
-/// The counters this benchmark reads from /metrics.
-#[derive(Clone, Default, Debug)]
-struct Scrape {
-    /// `moonin_api_writes_total` by `kind`.
-    writes: BTreeMap<String, f64>,
-    /// `moonin_reconcile_errors_total` by `reason`.
-    errors: BTreeMap<String, f64>,
-    /// `moonin_reconciliations_total`.
-    reconciles: f64,
-}
-
-impl Scrape {
-    fn parse(body: &str) -> Self {
-        let mut s = Scrape::default();
-        for line in body.lines() {
-            let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
-                continue;
-            };
-            if line.starts_with("moonin_api_writes_total{") {
-                *s.writes.entry(label(line, "kind").to_string()).or_default() += value;
-            } else if line.starts_with("moonin_reconcile_errors_total{") {
-                *s.errors
-                    .entry(label(line, "reason").to_string())
-                    .or_default() += value;
-            } else if line.starts_with("moonin_reconciliations_total{") {
-                s.reconciles += value;
-            }
-        }
-        s
-    }
-
-    fn total(&self) -> f64 {
-        self.writes.values().sum()
-    }
-
-    fn minus(&self, earlier: &Scrape) -> Scrape {
-        let diff = |a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>| {
-            a.iter()
-                .map(|(k, v)| (k.clone(), v - b.get(k).copied().unwrap_or(0.0)))
-                .filter(|(_, v)| *v != 0.0)
-                .collect()
-        };
-        Scrape {
-            writes: diff(&self.writes, &earlier.writes),
-            errors: diff(&self.errors, &earlier.errors),
-            reconciles: self.reconciles - earlier.reconciles,
-        }
-    }
-}
-
-/// Scrapes /metrics off the async workers, so a slow answer never delays the watches.
-async fn scrape(addr: SocketAddr) -> Option<Scrape> {
-    tokio::task::spawn_blocking(move || http_get(addr, "/metrics").map(|b| Scrape::parse(&b)))
-        .await
-        .ok()
-        .flatten()
-}
-
-async fn scrape_retrying(addr: SocketAddr) -> Result<Scrape, String> {
-    for _ in 0..10 {
-        if let Some(s) = scrape(addr).await {
-            return Ok(s);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Err(format!("the manager's /metrics on {addr} does not answer"))
-}
-
-/// VmRSS and VmHWM of a process, in KiB.
-#[derive(Clone, Copy, Default, Debug)]
-struct Memory {
-    rss_kib: u64,
-    hwm_kib: u64,
-}
-
-fn memory(pid: u32) -> Memory {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    Memory {
-        rss_kib: field("VmRSS:"),
-        hwm_kib: field("VmHWM:"),
-    }
-}
-
-/// A `moonin run` process on this machine.
-struct Running {
-    pid: u32,
-    identity: String,
-    /// Whether it runs the scaling controller (and so reconciles every template).
-    scaling: bool,
-}
-
-/// Every `moonin run` process on this machine.
-fn moonin_managers() -> Vec<Running> {
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = raw
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let is_moonin = args
-            .first()
-            .is_some_and(|a| a == "moonin" || a.ends_with("/moonin"));
-        if !is_moonin || !args.iter().any(|a| a == "run") {
-            continue;
-        }
-        let value = |flag: &str| {
-            args.iter()
-                .position(|a| a == flag)
-                .and_then(|i| args.get(i + 1))
-                .cloned()
-        };
-        out.push(Running {
-            pid,
-            identity: value("--identity").unwrap_or_else(|| "?".into()),
-            scaling: value("--controllers").is_none_or(|c| c.split(',').any(|c| c == "scaling")),
-        });
-    }
-    out
-}
-
 /// Other managers that reconcile scaling templates (and so would write to ours).
-fn rival_managers(identity: &str) -> Vec<String> {
+fn rival_managers(identity: &str) -> Vec<ManagerProcess> {
     moonin_managers()
         .into_iter()
-        .filter(|m| m.identity != identity && m.scaling)
-        .map(|m| format!("pid {} ({})", m.pid, m.identity))
+        .filter(|m| m.identity != identity && m.runs("scaling"))
         .collect()
 }
 
 /// The machine at one instant: load average and what else competes for it.
 fn machine_note(identity: &str) -> String {
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "?".into());
-    let mut note = format!("load average {load}");
-    for (comm, n) in builds() {
-        note.push_str(&format!(", {n}× {comm}"));
-    }
-    for m in moonin_managers() {
-        if m.identity != identity {
-            note.push_str(&format!(
-                ", {} pid {} ({})",
-                if m.scaling {
-                    "RIVAL scaling manager"
-                } else {
-                    "other manager without scaling"
-                },
-                m.pid,
-                m.identity
-            ));
+    machine::note(identity, |m| {
+        if m.runs("scaling") {
+            "RIVAL scaling manager"
+        } else {
+            "other manager without scaling"
         }
-    }
-    note
+    })
 }
 
 /// The API server's own `apiserver_request_duration_seconds` (sum, count) by
@@ -501,22 +324,7 @@ const SERVER_ROWS: [(&str, &str); 7] = [
 // Objects.
 
 fn deployment(name: &str) -> Deployment {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": REPLICAS,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [{"name": "app", "image": "registry.example/app:1",
-                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
-                    "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]
-                }
-            }
-        }
-    }))
-    .expect("deployment")
+    harness::kwok_deployment(name, REPLICAS)
 }
 
 fn hpa(name: &str) -> HorizontalPodAutoscaler {
@@ -562,30 +370,6 @@ fn template(index: usize, actions: usize, open: Timestamp) -> ScalingTemplate {
 
 // ---------------------------------------------------------------------------------------
 // Statistics and the report.
-
-#[derive(Clone, Copy)]
-struct Stats {
-    n: usize,
-    p50: f64,
-    p95: f64,
-    p99: f64,
-    max: f64,
-}
-
-fn stats(mut v: Vec<f64>) -> Option<Stats> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
-    Some(Stats {
-        n: v.len(),
-        p50: rank(0.50),
-        p95: rank(0.95),
-        p99: rank(0.99),
-        max: v[v.len() - 1],
-    })
-}
 
 fn ms_since(boundary: Timestamp, at: Timestamp) -> f64 {
     at.duration_since(boundary).as_millis_f64()
@@ -656,8 +440,8 @@ struct Report {
     open_boundary: Boundary,
     close_boundary: Boundary,
     after_close: Scrape,
-    idle: Memory,
-    peak: Memory,
+    idle: process::Usage,
+    peak: process::Usage,
     /// Load and competing processes at each checkpoint.
     machine: Vec<(String, String)>,
     any_other_manager: bool,
@@ -672,31 +456,9 @@ struct Report {
     watch_errors: u32,
 }
 
-fn kinds(s: &Scrape) -> String {
-    if s.writes.is_empty() {
-        return "—".into();
-    }
-    s.writes
-        .iter()
-        .map(|(k, v)| format!("{k} {}", count(*v)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// A counter difference as an integer (never `-0`).
 fn count(v: f64) -> i64 {
     v.round() as i64
-}
-
-fn errors(s: &Scrape) -> String {
-    if s.errors.is_empty() {
-        return "0".into();
-    }
-    s.errors
-        .iter()
-        .map(|(k, v)| format!("{k} {}", count(*v)))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 impl Report {
@@ -855,10 +617,10 @@ impl Report {
         for (interval, d, goal) in rows {
             println!(
                 "| {interval} | {} | {} | {} | {} | {goal} |",
-                count(d.total()),
-                kinds(&d),
-                count(d.reconciles),
-                errors(&d)
+                num(d.writes_total()),
+                breakdown(&d.writes, 1.0, "—"),
+                num(d.reconciles),
+                breakdown(&d.errors, 1.0, "0")
             );
         }
         println!();
@@ -1015,32 +777,22 @@ impl Report {
 async fn run() -> ExitCode {
     let params = match Params::from_env() {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("boundary_latency: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return plane::bad_parameters("boundary_latency", &e),
     };
-    let Some(client) = harness::cluster().await else {
-        eprintln!(
-            "boundary_latency: no Kubernetes control plane is reachable. Start the local one and point KUBECONFIG at it:\n  e2e/cluster up\n  eval \"$(e2e/cluster env)\"\n  cargo bench --bench boundary_latency"
-        );
+    let Some(client) = plane::connect("boundary_latency").await else {
         return ExitCode::from(2);
     };
     print_header(&client, &params).await;
 
     harness::install_crds(&client).await;
     let mut ns = TestNamespace::new(&client, "bench-boundary").await;
-    let user = ns.grant_manager_rbac();
-    let kubeconfig = harness::impersonating_kubeconfig(&user);
-    let identity = format!("bench-{}", ns.name);
+    let seat = ManagerSeat::new(&mut ns, &[]);
+    let identity = seat.identity.clone();
     progress(&format!("namespace {}", ns.name));
 
     let mut manager: Option<Manager> = None;
     // Ctrl-C or SIGTERM still cleans up: the templates carry finalizers.
-    let outcome = tokio::select! {
-        r = measure(&client, &ns.name, &params, &kubeconfig, &identity, &mut manager) => r,
-        why = interrupted() => Err(why.to_string()),
-    };
+    let outcome = or_interrupted(measure(&client, &params, &seat, &mut manager)).await;
     let code = match &outcome {
         Ok(report) => {
             report.print(&params);
@@ -1059,44 +811,12 @@ async fn run() -> ExitCode {
     cleanup(&client, &ns.name, alive).await;
     drop(manager);
     drop(ns);
-    let _ = std::fs::remove_file(&kubeconfig);
+    drop(seat);
     code
 }
 
 async fn print_header(client: &Client, p: &Params) {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("model name"))
-                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok())
-        })
-        .map_or_else(
-            || "?".into(),
-            |kib| format!("{:.1} GiB", kib as f64 / 1048576.0),
-        );
-    let version = client
-        .apiserver_version()
-        .await
-        .map(|v| v.git_version)
-        .unwrap_or_else(|_| "?".into());
-    let tree = std::process::Command::new("git")
-        .args(["describe", "--always", "--dirty"])
-        .current_dir(common::root())
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "?".into());
+    let version = plane::server_version(client).await;
     println!("# Moonin scaling boundary latency");
     println!();
     println!("- command: `{}`", p.command());
@@ -1106,34 +826,10 @@ async fn print_header(client: &Client, p: &Params) {
         p.actions,
         p.targets()
     );
-    println!(
-        "- machine: {cores} cores ({cpu}), {mem} RAM; local control plane (e2e/cluster: kube-apiserver {version}, etcd, kube-controller-manager, kube-scheduler, kwok) on the same machine as the manager and this benchmark"
-    );
-    println!("- source: `git describe --always --dirty` = {tree}");
+    machine::print_header_lines(&version, " as the manager and this benchmark");
     println!(
         "- manager: one `moonin run --controllers scaling` (release build), impersonating the ServiceAccount with config/rbac; latencies are taken by watches in this process"
     );
-}
-
-fn deadline_error(what: &str) -> String {
-    format!("timed out waiting for {what}")
-}
-
-/// Polls `probe` every 200 ms until it returns `Some`, or fails at `deadline`.
-async fn until<T, F, Fut>(what: &str, deadline: Instant, mut probe: F) -> Result<T, String>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    loop {
-        if let Some(v) = probe().await {
-            return Ok(v);
-        }
-        if Instant::now() >= deadline {
-            return Err(deadline_error(what));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 async fn sleep_until(t: Timestamp) {
@@ -1158,7 +854,7 @@ async fn boundary(
     loop {
         tokio::time::sleep(SCRAPE_EVERY).await;
         if let Some(s) = scrape(addr).await {
-            if s.total() != last.total() {
+            if s.writes_total() != last.writes_total() {
                 last_write = Some(Timestamp::now());
                 moved = Instant::now();
             }
@@ -1183,12 +879,11 @@ async fn boundary(
 
 async fn measure(
     client: &Client,
-    ns: &str,
     p: &Params,
-    kubeconfig: &std::path::Path,
-    identity: &str,
+    seat: &ManagerSeat,
     manager_slot: &mut Option<Manager>,
 ) -> Result<Report, String> {
+    let (ns, identity) = (seat.namespace.as_str(), seat.identity.as_str());
     let names = p.names();
     let n = names.len();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
@@ -1199,9 +894,10 @@ async fn measure(
     spawn_watch(hpas.clone(), seen.clone(), 0, on_hpa);
     spawn_watch(deployments.clone(), seen.clone(), 1, on_deployment);
     spawn_watch(templates.clone(), seen.clone(), 2, on_template);
-    until(
+    wait::until(
         "the benchmark's watches to sync",
         Instant::now() + Duration::from_secs(30),
+        POLL,
         || async {
             seen.lock()
                 .expect("seen")
@@ -1233,9 +929,10 @@ async fn measure(
         "created {n} Deployments and {n} HPAs in {:.1} s",
         started.elapsed().as_secs_f64()
     ));
-    let available = until(
+    let available = wait::until(
         "every Deployment to be available",
         Instant::now() + Duration::from_secs(300),
+        POLL,
         || async {
             let s = seen.lock().expect("seen");
             (s.hpas.len() == n && s.available.values().filter(|a| **a >= REPLICAS).count() == n)
@@ -1251,25 +948,18 @@ async fn measure(
             started.elapsed().as_secs_f64()
         ));
     }
-    let quiet_wait = Duration::from_secs(p.quiet_secs);
-    let waited = Instant::now();
-    let quiet = until(
+    let quiet = wait_until_quiet(
         "a quiet machine (no other scaling manager, no build)",
-        Instant::now() + quiet_wait,
-        || async { (rival_managers(identity).is_empty() && builds().is_empty()).then_some(()) },
+        Duration::from_secs(p.quiet_secs),
+        POLL,
+        || {
+            let busy = !rival_managers(identity).is_empty() || !builds().is_empty();
+            busy.then(|| machine_note(identity))
+        },
     )
     .await;
-    match quiet {
-        Ok(()) if waited.elapsed() > Duration::from_secs(1) => progress(&format!(
-            "waited {:.0} s for a quiet machine",
-            waited.elapsed().as_secs_f64()
-        )),
-        Ok(()) => {}
-        Err(e) => progress(&format!(
-            "{e} for {} s; going on, numbers may be noisy ({})",
-            quiet_wait.as_secs(),
-            machine_note(identity)
-        )),
+    if let Err(e) = quiet {
+        progress(&format!("{e}; going on, numbers may be noisy"));
     }
 
     // The API server's write floor on this machine: the same number of writes (one per
@@ -1301,41 +991,17 @@ async fn measure(
 
     // 3. The manager.
     let launched = Instant::now();
-    let manager = Manager::start(
-        kubeconfig,
-        identity,
-        &["--namespace", ns, "--controllers", "scaling"],
-    )
-    .await;
+    let manager = seat.start("scaling", &[]).await;
     let addr = manager.addr;
     let log_path = manager.log.display().to_string();
-    let pid = moonin_managers()
-        .into_iter()
-        .find(|m| m.identity == identity)
-        .map(|m| m.pid)
-        .ok_or("the manager's process is not in /proc")?;
+    let pid = process::pid_of(identity)?;
     *manager_slot = Some(manager);
     let setup_deadline = Instant::now()
         + Duration::try_from(open.duration_since(Timestamp::now()) - SignedDuration::from_secs(3))
             .unwrap_or_default();
-    until(
-        "the manager to be ready and lead",
-        setup_deadline,
-        || async move {
-            tokio::task::spawn_blocking(move || {
-                http_get(addr, "/readyz")?;
-                http_get(addr, "/metrics")?
-                    .lines()
-                    .any(|l| l == "moonin_leader 1")
-                    .then_some(())
-            })
-            .await
-            .ok()
-            .flatten()
-        },
-    )
-    .await
-    .map_err(|e| format!("{e} before the window (raise MOONIN_BENCH_SETUP_SECS)"))?;
+    wait_until_leading(addr, setup_deadline)
+        .await
+        .map_err(|e| format!("{e} before the window (raise MOONIN_BENCH_SETUP_SECS)"))?;
     progress(&format!(
         "manager pid {pid} ready and leading after {:.1} s",
         launched.elapsed().as_secs_f64()
@@ -1351,8 +1017,8 @@ async fn measure(
     let mut moved = Instant::now();
     let startup = loop {
         if let Some(s) = scrape(addr).await {
-            if s.total() != last_total {
-                (last_total, moved) = (s.total(), Instant::now());
+            if s.writes_total() != last_total {
+                (last_total, moved) = (s.writes_total(), Instant::now());
             } else if moved.elapsed() >= QUIET
                 && let Ok(list) = templates.list(&ListParams::default()).await
                 && templates_idle(&list.items)
@@ -1361,10 +1027,11 @@ async fn measure(
             }
         }
         if Instant::now() >= setup_deadline {
-            return Err(format!(
-                "{} before the window (raise MOONIN_BENCH_SETUP_SECS)",
-                deadline_error("every template to be Idle and the manager quiet")
-            ));
+            return Err(
+                "timed out waiting for every template to be Idle and the manager quiet \
+                        before the window (raise MOONIN_BENCH_SETUP_SECS)"
+                    .into(),
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
@@ -1388,7 +1055,7 @@ async fn measure(
     let round_trip = patch_round_trip(client, ns).await;
     progress(&format!(
         "templates Idle; {} startup writes; {:.0} s until the window opens",
-        count(startup.total()),
+        count(startup.writes_total()),
         open.duration_since(Timestamp::now()).as_secs_f64()
     ));
 
@@ -1398,7 +1065,7 @@ async fn measure(
     let server_before_open = server_times_async().await;
     sleep_until(open - SignedDuration::from_secs(1)).await;
     let before_open = scrape_retrying(addr).await?;
-    let idle = memory(pid);
+    let idle = process::usage(pid);
     seen_others.push(("1 s before open".to_string(), machine_note(identity)));
     let all = |pick: fn(&Edges) -> Option<Timestamp>| {
         let names = names.clone();
@@ -1420,7 +1087,12 @@ async fn measure(
     open_boundary.server = (server_before_open, server_times_async().await);
     progress(&format!(
         "open boundary settled ({} writes)",
-        count(open_boundary.settled.minus(&open_boundary.before).total())
+        count(
+            open_boundary
+                .settled
+                .minus(&open_boundary.before)
+                .writes_total()
+        )
     ));
     seen_others.push(("open settled".to_string(), machine_note(identity)));
 
@@ -1441,12 +1113,17 @@ async fn measure(
     close_boundary.server = (server_before_close, server_times_async().await);
     progress(&format!(
         "close boundary settled ({} writes)",
-        count(close_boundary.settled.minus(&close_boundary.before).total())
+        count(
+            close_boundary
+                .settled
+                .minus(&close_boundary.before)
+                .writes_total()
+        )
     ));
     seen_others.push(("close settled".to_string(), machine_note(identity)));
     tokio::time::sleep(Duration::from_secs(10)).await;
     let after_close = scrape_retrying(addr).await?;
-    let peak = memory(pid);
+    let peak = process::usage(pid);
 
     // 6. What is left.
     let mut not_restored = Vec::new();
@@ -1492,37 +1169,14 @@ async fn measure(
         *phases.entry(phase).or_default() += 1;
     }
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-    let mut messages: BTreeMap<String, usize> = BTreeMap::new();
-    for line in log.lines() {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        if matches!(v["level"].as_str(), Some("WARN" | "ERROR")) {
-            let error = v["fields"]["error"].as_str().unwrap_or_default();
-            // One line per kind of problem: the message and the error without object names.
-            let error = error
-                .split(&format!("{ns}/"))
-                .next()
-                .unwrap_or_default()
-                .chars()
-                .take(120)
-                .collect::<String>();
-            let key = format!(
-                "{} {}: {error}",
-                v["level"].as_str().unwrap_or_default(),
-                v["fields"]["message"].as_str().unwrap_or_default()
-            );
-            *messages.entry(key).or_default() += 1;
-        }
-    }
-    let mut log_top: Vec<(usize, String)> = messages.into_iter().map(|(k, n)| (n, k)).collect();
+    // One line per kind of problem: the message and the error without object names.
+    let mut log_top: Vec<(usize, String)> = bench_manager::problems(&log, None, &format!("{ns}/"))
+        .into_iter()
+        .map(|(k, n)| (n, k))
+        .collect();
     log_top.sort_by_key(|b| std::cmp::Reverse(b.0));
     log_top.truncate(5);
-    let level = |l: &str| {
-        log.lines()
-            .filter(|line| line.contains(&format!("\"level\":\"{l}\"")))
-            .count()
-    };
+    let (log_warnings, log_errors) = bench_manager::log_levels(&log);
 
     let events = moonin_events(client, ns).await;
 
@@ -1586,8 +1240,8 @@ async fn measure(
         not_restored,
         phases,
         log_top,
-        log_warnings: level("WARN"),
-        log_errors: level("ERROR"),
+        log_warnings,
+        log_errors,
         log_path,
         relists: s.relists,
         watch_errors: s.errors,
@@ -1683,18 +1337,12 @@ async fn cleanup(client: &Client, ns: &str, manager_running: bool) {
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await;
     let gone = if manager_running {
-        until(
+        wait::until_none_left(
             "the templates to be deleted",
+            &templates,
+            &ListParams::default(),
             Instant::now() + Duration::from_secs(120),
-            || async {
-                templates
-                    .list(&ListParams::default())
-                    .await
-                    .ok()?
-                    .items
-                    .is_empty()
-                    .then_some(())
-            },
+            POLL,
         )
         .await
     } else {

@@ -29,13 +29,9 @@
 //!
 //! Without `--bench` (how `cargo test --all-targets` runs it) it only says how to run it.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[allow(dead_code)]
-#[path = "../tests/e2e/harness.rs"]
-mod harness;
 #[allow(dead_code)]
 mod shared;
+use shared::{common, harness};
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -45,18 +41,29 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, Client, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, ListParams, PostParams},
     core::GroupVersionKind,
-    runtime::{WatchStreamExt, watcher},
+    runtime::watcher,
 };
 use serde_json::{Value, json};
 
 use harness::{Manager, TestNamespace};
-use shared::{http_get, label, progress};
+use shared::{
+    http::{get_parsed, http_get},
+    machine::wait_until_quiet,
+    manager::{ManagerSeat, wait_until_leading},
+    metrics::{Counters, label, sum},
+    params::{command_line, positive},
+    plane,
+    process::{listed, moonin_managers},
+    report::progress,
+    stats::{Stats, ms, stats},
+    wait,
+    watch::{self, Seen as Event},
+};
 
 /// Pods in the pool of the dry phase, and claims issued at once against it.
 const DRY_POOL: usize = 5;
@@ -71,19 +78,11 @@ type RateFigure<'a> = &'a dyn Fn(&RateResult) -> Option<f64>;
 /// A rendered figure of the dry-pool phase.
 type DryFigure<'a> = &'a dyn Fn(&DryResult) -> String;
 
+/// How often the benchmark looks again at what it waits for.
+const POLL: Duration = Duration::from_millis(100);
+
 fn main() -> ExitCode {
-    if !std::env::args().skip(1).any(|a| a == "--bench") {
-        println!(
-            "claim_latency is a benchmark, not a test; run it with `cargo bench --bench claim_latency` (needs `e2e/cluster up` and `eval \"$(e2e/cluster env)\"`)"
-        );
-        return ExitCode::SUCCESS;
-    }
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-        .block_on(run())
+    plane::main("claim_latency", 4, "", run)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -100,15 +99,6 @@ struct Params {
 
 impl Params {
     fn from_env() -> Result<Self, String> {
-        fn var(name: &str, default: u64) -> Result<u64, String> {
-            match std::env::var(name) {
-                Err(_) => Ok(default),
-                Ok(v) => match v.parse::<u64>() {
-                    Ok(n) if n > 0 => Ok(n),
-                    _ => Err(format!("{name}={v:?}: expected a positive integer")),
-                },
-            }
-        }
         let rates = match std::env::var("MOONIN_BENCH_RATES") {
             Err(_) => vec![20, 50],
             // Only the dry-pool phase.
@@ -137,28 +127,25 @@ impl Params {
                 .collect::<Result<_, _>>()?,
         };
         Ok(Self {
-            pool: var("MOONIN_BENCH_POOL", 200)? as usize,
-            seconds: var("MOONIN_BENCH_SECONDS", 60)?,
+            pool: positive("MOONIN_BENCH_POOL", 200)? as usize,
+            seconds: positive("MOONIN_BENCH_SECONDS", 60)?,
             rates,
             systems,
-            quiet_secs: var("MOONIN_BENCH_QUIET_WAIT_SECS", 300)?,
+            quiet_secs: positive("MOONIN_BENCH_QUIET_WAIT_SECS", 300)?,
         })
     }
 
     fn command(&self) -> String {
-        let mut env = String::new();
-        for name in [
-            "MOONIN_BENCH_POOL",
-            "MOONIN_BENCH_SECONDS",
-            "MOONIN_BENCH_RATES",
-            "MOONIN_BENCH_SYSTEMS",
-            "MOONIN_BENCH_QUIET_WAIT_SECS",
-        ] {
-            if let Ok(v) = std::env::var(name) {
-                env.push_str(&format!("{name}={v} "));
-            }
-        }
-        format!("{env}cargo bench --bench claim_latency")
+        command_line(
+            "claim_latency",
+            &[
+                "MOONIN_BENCH_POOL",
+                "MOONIN_BENCH_SECONDS",
+                "MOONIN_BENCH_RATES",
+                "MOONIN_BENCH_SYSTEMS",
+                "MOONIN_BENCH_QUIET_WAIT_SECS",
+            ],
+        )
     }
 }
 
@@ -275,6 +262,17 @@ struct Seen {
 }
 
 impl Seen {
+    /// Counts what a watch event other than an object says: watch `index` synced, relisted
+    /// or failed.
+    fn count<K>(&mut self, index: usize, event: &Event<K>) {
+        match event {
+            Event::Synced => self.synced[index] = true,
+            Event::Relisted => self.relists += 1,
+            Event::Failed => self.errors += 1,
+            Event::Object(_) | Event::Deleted(_) => {}
+        }
+    }
+
     fn live_ready(&self) -> usize {
         self.pods
             .values()
@@ -303,6 +301,20 @@ fn on_pod(seen: &mut Seen, pod: &Pod, at: Instant, deleted: bool) {
     e.gone |= deleted;
 }
 
+/// Waits until both watches of [`spawn_watches`] listed what there is.
+async fn watches_synced(seen: &Shared) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    wait::until("the watches to sync", deadline, POLL, || async {
+        seen.lock()
+            .expect("seen")
+            .synced
+            .iter()
+            .all(|s| *s)
+            .then_some(())
+    })
+    .await
+}
+
 /// Watches the namespace's Pods and the system's claims, recording arrival instants. With
 /// `release`, deletes every claim once it is seen bound.
 fn spawn_watches(
@@ -314,56 +326,31 @@ fn spawn_watches(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod_seen = seen.clone();
-    let pod_task = tokio::spawn(async move {
-        let mut events = watcher(pods, watcher::Config::default())
-            .default_backoff()
-            .boxed();
-        while let Some(event) = events.next().await {
-            let at = Instant::now();
-            let mut s = pod_seen.lock().expect("seen");
-            match event {
-                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                    on_pod(&mut s, &p, at, false)
-                }
-                Ok(watcher::Event::Delete(p)) => on_pod(&mut s, &p, at, true),
-                Ok(watcher::Event::Init) if s.synced[0] => s.relists += 1,
-                Ok(watcher::Event::InitDone) => s.synced[0] = true,
-                Ok(_) => {}
-                Err(e) => {
-                    s.errors += 1;
-                    eprintln!("pod watch error (the watcher retries): {e}");
-                }
-            }
+    let pod_task = watch::spawn("pod", pods, watcher::Config::default(), move |event| {
+        let at = Instant::now();
+        let mut s = pod_seen.lock().expect("seen");
+        match event {
+            Event::Object(p) => on_pod(&mut s, &p, at, false),
+            Event::Deleted(p) => on_pod(&mut s, &p, at, true),
+            event => s.count(0, &event),
         }
     });
     let claims = system.claims(client, ns);
-    let claim_task = tokio::spawn(async move {
-        let mut events = watcher(claims.clone(), watcher::Config::default())
-            .default_backoff()
-            .boxed();
-        while let Some(event) = events.next().await {
-            let at = Instant::now();
-            let mut s = seen.lock().expect("seen");
-            match event {
-                Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => {
-                    let name = c.name_any();
-                    if system.is_bound(&c) && !s.bound.contains_key(&name) {
-                        s.bound.insert(name.clone(), at);
-                        if release {
-                            let claims = claims.clone();
-                            tokio::spawn(async move {
-                                let _ = claims.delete(&name, &DeleteParams::background()).await;
-                            });
-                        }
-                    }
-                }
-                Ok(watcher::Event::Init) if s.synced[1] => s.relists += 1,
-                Ok(watcher::Event::InitDone) => s.synced[1] = true,
-                Ok(_) => {}
-                Err(e) => {
-                    s.errors += 1;
-                    eprintln!("claim watch error (the watcher retries): {e}");
-                }
+    let api = claims.clone();
+    let claim_task = watch::spawn("claim", api, watcher::Config::default(), move |event| {
+        let at = Instant::now();
+        let mut s = seen.lock().expect("seen");
+        let Event::Object(c) = event else {
+            return s.count(1, &event);
+        };
+        let name = c.name_any();
+        if system.is_bound(&c) && !s.bound.contains_key(&name) {
+            s.bound.insert(name.clone(), at);
+            if release {
+                let claims = claims.clone();
+                tokio::spawn(async move {
+                    let _ = claims.delete(&name, &DeleteParams::background()).await;
+                });
             }
         }
     });
@@ -373,31 +360,23 @@ fn spawn_watches(
 // ---------------------------------------------------------------------------------------
 // Counters: Moonin's /metrics; agent-sandbox's controller-runtime metrics when reachable.
 
-fn sum_metric(body: &str, prefix: &str, keep: impl Fn(&str) -> bool) -> f64 {
-    body.lines()
-        .filter(|l| l.starts_with(prefix) && keep(l))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// API writes the controller under test has sent so far: Moonin's
 /// `moonin_api_writes_total`; agent-sandbox's `rest_client_requests_total` for POST, PUT,
 /// PATCH and DELETE (controller-runtime's client metrics), when its metrics answer over
 /// plain HTTP.
 async fn writes(source: Option<SocketAddr>) -> Option<f64> {
-    let addr = source?;
-    let body = tokio::task::spawn_blocking(move || http_get(addr, "/metrics"))
-        .await
-        .ok()??;
-    if body.contains("moonin_api_writes_total") {
-        Some(sum_metric(&body, "moonin_api_writes_total{", |_| true))
-    } else if body.contains("rest_client_requests_total") {
-        Some(sum_metric(&body, "rest_client_requests_total{", |l| {
-            matches!(label(l, "method"), "POST" | "PUT" | "PATCH" | "DELETE")
-        }))
-    } else {
-        None
-    }
+    let count = |body: &str| {
+        if body.contains("moonin_api_writes_total") {
+            Some(Counters::parse(body).writes_total())
+        } else if body.contains("rest_client_requests_total") {
+            Some(sum(body, "rest_client_requests_total{", |l| {
+                matches!(label(l, "method"), "POST" | "PUT" | "PATCH" | "DELETE")
+            }))
+        } else {
+            None
+        }
+    };
+    get_parsed(source?, "/metrics", count).await.flatten()
 }
 
 /// agent-sandbox's metrics address: the TCP port its process listens on besides the health
@@ -427,43 +406,6 @@ fn agent_sandbox_metrics() -> Option<SocketAddr> {
 // ---------------------------------------------------------------------------------------
 // Other controllers on this machine.
 
-/// `moonin run` processes on this machine (pid, identity).
-fn moonin_managers() -> Vec<(u32, String)> {
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = raw
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let is_moonin = args
-            .first()
-            .is_some_and(|a| a == "moonin" || a.ends_with("/moonin"));
-        if is_moonin && args.iter().any(|a| a == "run") {
-            let identity = args
-                .iter()
-                .position(|a| a == "--identity")
-                .and_then(|i| args.get(i + 1))
-                .cloned()
-                .unwrap_or_else(|| "?".into());
-            out.push((pid, identity));
-        }
-    }
-    out
-}
-
 fn agent_sandbox(cmd: &str) -> Result<String, String> {
     let out = Command::new(common::root().join("e2e/agent-sandbox"))
         .arg(cmd)
@@ -483,86 +425,36 @@ fn agent_sandbox(cmd: &str) -> Result<String, String> {
 
 /// Waits until no other `moonin run` and no agent-sandbox controller runs.
 async fn wait_for_quiet(p: &Params) {
-    let deadline = Instant::now() + Duration::from_secs(p.quiet_secs);
-    let started = Instant::now();
-    loop {
-        let managers = moonin_managers();
-        let peer = agent_sandbox("status").is_ok();
-        if managers.is_empty() && !peer {
-            if started.elapsed() > Duration::from_secs(1) {
-                progress(&format!(
-                    "waited {:.0} s for other controllers to stop",
-                    started.elapsed().as_secs_f64()
-                ));
-            }
-            return;
-        }
-        if Instant::now() >= deadline {
-            progress(&format!(
-                "other controllers still run after {} s (managers {managers:?}, agent-sandbox running: {peer}); going on",
-                p.quiet_secs
-            ));
-            return;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Statistics.
-
-#[derive(Clone, Copy)]
-struct Stats {
-    p50: f64,
-    p95: f64,
-    p99: f64,
-    max: f64,
-}
-
-fn stats(mut v: Vec<f64>) -> Option<Stats> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
-    Some(Stats {
-        p50: rank(0.50),
-        p95: rank(0.95),
-        p99: rank(0.99),
-        max: v[v.len() - 1],
-    })
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-async fn until<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> Result<T, String>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = probe().await {
-            return Ok(v);
-        }
-        if Instant::now() >= deadline {
-            return Err(format!("timed out after {timeout:?} waiting for {what}"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let quiet = wait_until_quiet(
+        "other controllers to stop",
+        Duration::from_secs(p.quiet_secs),
+        Duration::from_secs(1),
+        || {
+            let managers = moonin_managers();
+            let peer = agent_sandbox("status").is_ok();
+            (!managers.is_empty() || peer).then(|| {
+                format!(
+                    "managers: {}, agent-sandbox running: {peer}",
+                    listed(&managers)
+                )
+            })
+        },
+    )
+    .await;
+    if let Err(e) = quiet {
+        progress(&format!("{e}; going on"));
     }
 }
 
 // ---------------------------------------------------------------------------------------
 // One system's setup: its namespace, its controller, its pool.
 
-/// A namespace with the system's pool in it; for Moonin, its own manager.
+/// A namespace with the system's pool in it; for Moonin, its own manager (dropped before
+/// what it runs as).
 struct Stage {
     system: System,
     ns: TestNamespace,
-    manager: Option<Manager>,
-    kubeconfig: Option<std::path::PathBuf>,
+    moonin: Option<(Manager, ManagerSeat)>,
     /// Where the controller's write counters are read.
     metrics: Option<SocketAddr>,
 }
@@ -574,49 +466,20 @@ impl Stage {
             System::AgentSandbox => "as",
         };
         let mut ns = TestNamespace::new(client, &format!("bench-claim-{short}-{prefix}")).await;
-        let (mut manager, mut kubeconfig) = (None, None);
-        let metrics;
-        match system {
+        let (moonin, metrics) = match system {
             System::Moonin => {
-                let user = ns.grant_manager_rbac();
-                let config = harness::impersonating_kubeconfig(&user);
-                let identity = format!("bench-{}", ns.name);
-                let m = Manager::start(
-                    &config,
-                    &identity,
-                    &["--namespace", &ns.name, "--controllers", "sandbox"],
-                )
-                .await;
-                kubeconfig = Some(config);
-                let ready = until(
-                    "the manager to be ready and lead",
-                    Duration::from_secs(60),
-                    || async {
-                        (m.get("/readyz")?.0 == 200
-                            && m.get("/metrics")?.1.contains("moonin_leader 1"))
-                        .then_some(())
-                    },
-                )
-                .await;
-                metrics = Some(m.addr);
-                manager = Some(m);
-                if let Err(e) = ready {
-                    drop(manager);
-                    if let Some(k) = kubeconfig {
-                        let _ = std::fs::remove_file(k);
-                    }
-                    return Err(e);
-                }
+                let seat = ManagerSeat::new(&mut ns, &[]);
+                let m = seat.start("sandbox", &[]).await;
+                wait_until_leading(m.addr, Instant::now() + Duration::from_secs(60)).await?;
+                let addr = m.addr;
+                (Some((m, seat)), Some(addr))
             }
-            System::AgentSandbox => {
-                metrics = agent_sandbox_metrics();
-            }
-        }
+            System::AgentSandbox => (None, agent_sandbox_metrics()),
+        };
         Ok(Stage {
             system,
             ns,
-            manager,
-            kubeconfig,
+            moonin,
             metrics,
         })
     }
@@ -700,9 +563,10 @@ impl Stage {
     /// Ready Pods; returns how long filling took.
     async fn pool_full(&self, client: &Client, seen: &Shared, size: usize) -> Result<(), String> {
         let (api, name, field) = self.system.pool(client, self.name());
-        until(
+        wait::until(
             &format!("{size} idle, Ready sandboxes in the pool"),
-            Duration::from_secs(120 + size as u64),
+            Instant::now() + Duration::from_secs(120 + size as u64),
+            POLL,
             || async {
                 let pool = api.get(name).await.ok()?;
                 let n = pool.data["status"][field].as_u64().unwrap_or(0) as usize;
@@ -735,17 +599,12 @@ impl Stage {
             }
         }
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        let gone = until(
+        let gone = wait::until_none_left(
             "the pool's Pods to be gone",
-            Duration::from_secs(90),
-            || async {
-                pods.list(&ListParams::default())
-                    .await
-                    .ok()?
-                    .items
-                    .is_empty()
-                    .then_some(())
-            },
+            &pods,
+            &ListParams::default(),
+            Instant::now() + Duration::from_secs(90),
+            POLL,
         )
         .await;
         if let Err(e) = gone {
@@ -753,12 +612,7 @@ impl Stage {
                 "cleanup of {ns}: {e}; deleting the namespace anyway"
             ));
         }
-        if let Some(m) = self.manager.take() {
-            drop(m);
-        }
-        if let Some(k) = self.kubeconfig.take() {
-            let _ = std::fs::remove_file(k);
-        }
+        drop(self.moonin.take());
         drop(self.ns);
     }
 }
@@ -808,7 +662,7 @@ async fn rate_phase(
 ) -> Result<RateResult, String> {
     let stage = Stage::new(client, system, &format!("r{rate}")).await?;
     let out = rate_in(client, &stage, p, rate).await;
-    if let (Err(_), Some(m)) = (&out, &stage.manager) {
+    if let (Err(_), Some((m, _))) = (&out, &stage.moonin) {
         eprintln!("manager log: {}", m.log.display());
     }
     stage.finish(client).await;
@@ -825,15 +679,7 @@ async fn rate_in(
     let ns = stage.name().to_string();
     let seen: Shared = Arc::default();
     let tasks = spawn_watches(system, client, &ns, seen.clone(), true);
-    until("the watches to sync", Duration::from_secs(30), || async {
-        seen.lock()
-            .expect("seen")
-            .synced
-            .iter()
-            .all(|s| *s)
-            .then_some(())
-    })
-    .await?;
+    watches_synced(&seen).await?;
     let filling = Instant::now();
     stage.create_pool(client, p.pool, false).await?;
     stage.pool_full(client, &seen, p.pool).await?;
@@ -883,9 +729,10 @@ async fn rate_in(
         .filter(|(_, (_, r))| r.is_ok())
         .map(|(k, _)| k.clone())
         .collect();
-    let all_bound = until(
+    let all_bound = wait::until(
         "every claim to be bound",
-        Duration::from_secs(60),
+        Instant::now() + Duration::from_secs(60),
+        POLL,
         || async {
             let s = seen.lock().expect("seen");
             ok.iter().all(|c| s.bound.contains_key(c)).then_some(())
@@ -967,15 +814,7 @@ async fn dry_in(client: &Client, stage: &Stage) -> Result<DryResult, String> {
     let ns = stage.name().to_string();
     let seen: Shared = Arc::default();
     let tasks = spawn_watches(system, client, &ns, seen.clone(), false);
-    until("the watches to sync", Duration::from_secs(30), || async {
-        seen.lock()
-            .expect("seen")
-            .synced
-            .iter()
-            .all(|s| *s)
-            .then_some(())
-    })
-    .await?;
+    watches_synced(&seen).await?;
     stage.create_pool(client, DRY_POOL, true).await?;
     stage.pool_full(client, &seen, DRY_POOL).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -993,7 +832,8 @@ async fn dry_in(client: &Client, stage: &Stage) -> Result<DryResult, String> {
     for r in futures::future::join_all(creates).await {
         r.map_err(|e| format!("creating a claim: {e}"))?;
     }
-    let first = until("a new Pod to be Ready", Duration::from_secs(30), || async {
+    let within = || Instant::now() + Duration::from_secs(30);
+    let first = wait::until("a new Pod to be Ready", within(), POLL, || async {
         let s = seen.lock().expect("seen");
         s.pods
             .iter()
@@ -1003,7 +843,7 @@ async fn dry_in(client: &Client, stage: &Stage) -> Result<DryResult, String> {
     })
     .await
     .ok();
-    let all = until("every claim bound", Duration::from_secs(30), || async {
+    let all = wait::until("every claim bound", within(), POLL, || async {
         let s = seen.lock().expect("seen");
         (s.bound.len() >= DRY_CLAIMS).then(|| s.bound.values().max().copied())?
     })
@@ -1246,15 +1086,9 @@ fn print_report(p: &Params, results: &[(System, SystemResult)]) {
 async fn run() -> ExitCode {
     let p = match Params::from_env() {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("claim_latency: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return plane::bad_parameters("claim_latency", &e),
     };
-    let Some(client) = harness::cluster().await else {
-        eprintln!(
-            "claim_latency: no Kubernetes control plane is reachable. Start the local one and point KUBECONFIG at it:\n  e2e/cluster up\n  eval \"$(e2e/cluster env)\"\n  cargo bench --bench claim_latency"
-        );
+    let Some(client) = plane::connect("claim_latency").await else {
         return ExitCode::from(2);
     };
     progress(&format!(

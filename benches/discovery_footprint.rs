@@ -32,13 +32,9 @@
 //!
 //! Without `--bench` (how `cargo test --all-targets` runs it) it only says how to run it.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[allow(dead_code)]
-#[path = "../tests/e2e/harness.rs"]
-mod harness;
 #[allow(dead_code)]
 mod shared;
+use shared::{common, harness};
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -59,13 +55,25 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
-    runtime::{WatchStreamExt, watcher},
+    runtime::watcher,
 };
 use moonin::api::discovery::{ClusterDiscovery, NamespaceInventory, WorkloadRevision};
 use serde_json::{Value, json};
 
 use harness::{Manager, TestNamespace};
-use shared::{builds, http_get, interrupted, label, listing, mib, progress};
+use shared::{
+    http::get_parsed,
+    machine::{self, wait_until_quiet},
+    manager::{self as bench_manager, ManagerSeat},
+    metrics::{Counters as Scrape, label, scrape, scrape_retrying, value},
+    params::{command_line, flag, positive},
+    plane,
+    process::{self, Usage, listed, moonin_managers, usage},
+    report::{breakdown, listing, mib, num, progress},
+    signals::or_interrupted,
+    wait,
+    watch::{self, Seen},
+};
 
 /// The label on every setup object.
 const LABEL_KEY: &str = "moonin.io/bench";
@@ -98,19 +106,16 @@ const CHANGE_KINDS: [&str; 5] = [
 /// The heartbeat Lease: renewed every 10 s by design, whatever changed.
 const HEARTBEAT_KIND: &str = "Lease";
 
+/// How often the benchmark looks again at what it waits for.
+const POLL: Duration = Duration::from_millis(500);
+
 fn main() -> ExitCode {
-    if !std::env::args().skip(1).any(|a| a == "--bench") {
-        println!(
-            "discovery_footprint is a benchmark, not a test; run it with `cargo bench --bench discovery_footprint` (needs `e2e/cluster up` and `eval \"$(e2e/cluster env)\"`; see the file's header for the MOONIN_BENCH_* variables)"
-        );
-        return ExitCode::SUCCESS;
-    }
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-        .block_on(run())
+    plane::main(
+        "discovery_footprint",
+        2,
+        "; see the file's header for the MOONIN_BENCH_* variables",
+        run,
+    )
 }
 
 // ---------------------------------------------------------------------------------------
@@ -149,23 +154,7 @@ const ENV: [&str; 12] = [
 
 impl Params {
     fn from_env() -> Result<Self, String> {
-        fn var(name: &str, default: u64) -> Result<u64, String> {
-            match std::env::var(name) {
-                Err(_) => Ok(default),
-                Ok(v) => match v.parse::<u64>() {
-                    Ok(n) if n > 0 => Ok(n),
-                    _ => Err(format!("{name}={v:?}: expected a positive integer")),
-                },
-            }
-        }
-        fn flag(name: &str, default: bool) -> Result<bool, String> {
-            match std::env::var(name).as_deref() {
-                Err(_) | Ok("") => Ok(default),
-                Ok("1" | "true" | "yes") => Ok(true),
-                Ok("0" | "false" | "no") => Ok(false),
-                Ok(v) => Err(format!("{name}={v:?}: expected 1 or 0")),
-            }
-        }
+        let var = positive;
         let p = Self {
             nodes: var("MOONIN_BENCH_NODES", 1000)? as usize,
             deployments: var("MOONIN_BENCH_DEPLOYMENTS", 10_000)? as usize,
@@ -200,13 +189,7 @@ impl Params {
     }
 
     fn command(&self) -> String {
-        let mut env = String::new();
-        for name in ENV {
-            if let Ok(v) = std::env::var(name) {
-                env.push_str(&format!("{name}={v} "));
-            }
-        }
-        format!("{env}cargo bench --bench discovery_footprint")
+        command_line("discovery_footprint", &ENV)
     }
 }
 
@@ -423,31 +406,22 @@ impl PodCount {
 fn watch_pods(client: &Client) -> (Arc<Mutex<PodCount>>, tokio::task::JoinHandle<()>) {
     let count: Arc<Mutex<PodCount>> = Arc::default();
     let api: Api<Pod> = Api::all(client.clone());
-    let task = tokio::spawn({
+    let config = watcher::Config::default().labels(SELECTOR).page_size(500);
+    let task = watch::spawn("pod", api, config, {
         let count = count.clone();
-        async move {
-            let mut events = watcher(
-                api,
-                watcher::Config::default().labels(SELECTOR).page_size(500),
-            )
-            .default_backoff()
-            .boxed();
-            while let Some(e) = events.next().await {
-                let mut c = count.lock().expect("pods");
-                let key = |p: &Pod| (p.namespace().unwrap_or_default(), p.name_any());
-                let running =
-                    |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-                match e {
-                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                        c.running.insert(key(&p), running(&p));
-                    }
-                    Ok(watcher::Event::Delete(p)) => {
-                        c.running.remove(&key(&p));
-                    }
-                    Ok(watcher::Event::InitDone) => c.synced = true,
-                    Ok(watcher::Event::Init) => {}
-                    Err(e) => eprintln!("pod watch error (the watcher retries): {e}"),
+        move |event| {
+            let mut c = count.lock().expect("pods");
+            let key = |p: &Pod| (p.namespace().unwrap_or_default(), p.name_any());
+            match event {
+                Seen::Object(p) => {
+                    let running = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                    c.running.insert(key(&p), running == Some("Running"));
                 }
+                Seen::Deleted(p) => {
+                    c.running.remove(&key(&p));
+                }
+                Seen::Synced => c.synced = true,
+                Seen::Relisted | Seen::Failed => {}
             }
         }
     });
@@ -521,9 +495,10 @@ async fn setup(client: &Client, p: &Params) -> Result<Setup, String> {
     s.namespaces = create_all(|_| namespaces.clone(), missing).await?;
     s.namespaces.1 += there;
     let accounts: Api<ServiceAccount> = Api::all(client.clone());
-    until(
+    wait::until(
         "every benchmark namespace's default ServiceAccount",
         Instant::now() + Duration::from_secs(120),
+        POLL,
         || async {
             let have: BTreeSet<String> = accounts
                 .list_metadata(&ListParams::default().fields("metadata.name=default"))
@@ -689,170 +664,27 @@ fn count_lines(addr: SocketAddr, path: &str, prefixes: &[&str]) -> Option<Vec<us
     }
 }
 
-fn value(line: &str) -> Option<f64> {
-    line.rsplit(' ').next()?.parse().ok()
-}
-
-/// VmRSS and VmHWM of a process, in KiB, and its CPU time (user + system), in seconds.
-#[derive(Clone, Copy, Default, Debug)]
-struct Usage {
-    rss_kib: u64,
-    hwm_kib: u64,
-    cpu_secs: f64,
-}
-
-fn usage(pid: u32) -> Usage {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    // Fields 14 and 15 of /proc/<pid>/stat, after the command in parentheses; in clock
-    // ticks of 1/100 s on Linux.
-    let cpu_secs = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let rest = s.rsplit_once(')')?.1;
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-            Some(ticks as f64 / 100.0)
-        })
-        .unwrap_or(0.0);
-    Usage {
-        rss_kib: field("VmRSS:"),
-        hwm_kib: field("VmHWM:"),
-        cpu_secs,
-    }
-}
-
-/// The manager's warnings and errors logged in [from, to], by message and error (cut
-/// before the user name, which differs per run).
-fn warnings_between(log: &str, from: Timestamp, to: Timestamp) -> BTreeMap<String, usize> {
-    let mut out = BTreeMap::new();
-    for line in log.lines() {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let level = v["level"].as_str().unwrap_or_default();
-        if !matches!(level, "WARN" | "ERROR") {
-            continue;
-        }
-        let Some(at) = v["timestamp"]
-            .as_str()
-            .and_then(|t| t.parse::<Timestamp>().ok())
-        else {
-            continue;
-        };
-        if at < from || at > to {
-            continue;
-        }
-        let cut = |s: &str| {
-            let s = s.split(" User ").next().unwrap_or_default();
-            s.chars().take(120).collect::<String>()
-        };
-        let message = cut(v["fields"]["message"].as_str().unwrap_or_default());
-        let error = cut(v["fields"]["error"].as_str().unwrap_or_default());
-        let key = if error.is_empty() {
-            format!("{level} {message}")
-        } else {
-            format!("{level} {message}: {error}")
-        };
-        *out.entry(key).or_default() += 1;
-    }
-    out
-}
-
-/// Every `moonin run` process on this machine: (pid, identity).
-fn moonin_managers() -> Vec<(u32, String)> {
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = raw
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let is_moonin = args
-            .first()
-            .is_some_and(|a| a == "moonin" || a.ends_with("/moonin"));
-        if !is_moonin || !args.iter().any(|a| a == "run") {
-            continue;
-        }
-        let identity = args
-            .iter()
-            .position(|a| a == "--identity")
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-            .unwrap_or_else(|| "?".into());
-        out.push((pid, identity));
-    }
-    out
-}
-
 /// The machine at one instant: load average and what else competes for it.
 fn machine_note(own_identity: &str) -> String {
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "?".into());
-    let mut note = format!("load average {load}");
-    for (comm, n) in builds() {
-        note.push_str(&format!(", {n}× {comm}"));
-    }
-    for (pid, identity) in moonin_managers() {
-        if identity != own_identity {
-            note.push_str(&format!(", OTHER `moonin run` pid {pid} ({identity})"));
-        }
-    }
-    note
+    machine::note(own_identity, |_| "OTHER `moonin run`")
 }
 
 /// Waits until no `moonin run` runs on this machine (another discovery manager would write
 /// the same inventories; an end-to-end test would replace the ClusterDiscovery).
 async fn wait_for_no_manager(p: &Params) -> Option<String> {
-    let started = Instant::now();
-    let mut last_print = Instant::now() - Duration::from_secs(60);
-    loop {
-        let others = moonin_managers();
-        if others.is_empty() {
-            if started.elapsed() > Duration::from_secs(1) {
-                progress(&format!(
-                    "waited {:.0} s for other managers to stop",
-                    started.elapsed().as_secs_f64()
-                ));
-            }
-            return None;
-        }
-        if started.elapsed() >= Duration::from_secs(p.quiet_wait_secs) {
-            let note = format!(
-                "other `moonin run` processes still ran after {} s ({others:?}); measured anyway",
-                p.quiet_wait_secs
-            );
-            progress(&note);
-            return Some(note);
-        }
-        if last_print.elapsed() >= Duration::from_secs(30) {
-            last_print = Instant::now();
-            progress(&format!(
-                "waiting for other `moonin run` processes to stop: {others:?} (up to MOONIN_BENCH_QUIET_WAIT_SECS={})",
-                p.quiet_wait_secs
-            ));
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    let quiet = wait_until_quiet(
+        "other `moonin run` processes to stop (MOONIN_BENCH_QUIET_WAIT_SECS)",
+        Duration::from_secs(p.quiet_wait_secs),
+        Duration::from_secs(2),
+        || {
+            let others = moonin_managers();
+            (!others.is_empty()).then(|| listed(&others))
+        },
+    )
+    .await;
+    let note = format!("{}; measured anyway", quiet.err()?);
+    progress(&note);
+    Some(note)
 }
 
 fn free_port() -> Result<u16, String> {
@@ -864,79 +696,6 @@ fn free_port() -> Result<u16, String> {
 
 // ---------------------------------------------------------------------------------------
 // Moonin.
-
-/// The counters this benchmark reads from the manager's /metrics.
-#[derive(Clone, Default, Debug)]
-struct Scrape {
-    /// `moonin_api_requests_total` by verb.
-    requests: BTreeMap<String, f64>,
-    /// `moonin_api_writes_total` by kind.
-    writes: BTreeMap<String, f64>,
-}
-
-impl Scrape {
-    fn parse(body: &str) -> Self {
-        let mut s = Scrape::default();
-        for line in body.lines() {
-            let Some(v) = value(line) else { continue };
-            if line.starts_with("moonin_api_requests_total{") {
-                *s.requests
-                    .entry(label(line, "verb").to_string())
-                    .or_default() += v;
-            } else if line.starts_with("moonin_api_writes_total{") {
-                *s.writes.entry(label(line, "kind").to_string()).or_default() += v;
-            }
-        }
-        s
-    }
-
-    fn minus(&self, earlier: &Scrape) -> Scrape {
-        let diff = |a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>| {
-            a.iter()
-                .map(|(k, v)| (k.clone(), v - b.get(k).copied().unwrap_or(0.0)))
-                .filter(|(_, v)| *v != 0.0)
-                .collect()
-        };
-        Scrape {
-            requests: diff(&self.requests, &earlier.requests),
-            writes: diff(&self.writes, &earlier.writes),
-        }
-    }
-
-    fn request(&self, verb: &str) -> f64 {
-        self.requests.get(verb).copied().unwrap_or(0.0)
-    }
-
-    fn write(&self, kind: &str) -> f64 {
-        self.writes.get(kind).copied().unwrap_or(0.0)
-    }
-
-    /// Writes other than the heartbeat Lease.
-    fn non_heartbeat_writes(&self) -> f64 {
-        self.writes
-            .iter()
-            .filter(|(k, _)| *k != HEARTBEAT_KIND)
-            .map(|(_, v)| v)
-            .sum()
-    }
-}
-
-async fn scrape(addr: SocketAddr) -> Option<Scrape> {
-    tokio::task::spawn_blocking(move || http_get(addr, "/metrics").map(|b| Scrape::parse(&b)))
-        .await
-        .ok()
-        .flatten()
-}
-
-async fn scrape_retrying(addr: SocketAddr) -> Result<Scrape, String> {
-    for _ in 0..20 {
-        if let Some(s) = scrape(addr).await {
-            return Ok(s);
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    Err(format!("the manager's /metrics on {addr} does not answer"))
-}
 
 /// What happened after the image changes.
 #[derive(Default)]
@@ -1032,17 +791,12 @@ async fn ensure_discovery(client: &Client, p: &Params) -> Result<(String, bool),
     for c in all.iter().filter(|c| ours(c)) {
         let _ = api.delete(&c.name_any(), &DeleteParams::default()).await;
     }
-    until(
+    wait::until_none_left(
         "an earlier benchmark ClusterDiscovery to go",
+        &api,
+        &ListParams::default().labels(SELECTOR),
         Instant::now() + Duration::from_secs(60),
-        || async {
-            api.list_metadata(&ListParams::default().labels(SELECTOR))
-                .await
-                .ok()?
-                .items
-                .is_empty()
-                .then_some(())
-        },
+        POLL,
     )
     .await?;
     let cd: ClusterDiscovery = serde_json::from_value(json!({
@@ -1092,54 +846,33 @@ async fn measure_moonin(
     result: &mut MooninResult,
 ) -> Result<(), String> {
     let mut ns = TestNamespace::new(client, "bench-discovery").await;
-    let user = ns.grant_manager_rbac();
-    if p.helm_rbac {
-        ns.grant_rbac("config/rbac-helm");
-    }
-    let kubeconfig = harness::impersonating_kubeconfig(&user);
-    let identity = format!("bench-{}", ns.name);
-    let outcome = measure_manager(
-        client,
-        p,
-        discovery,
-        &ns.name,
-        &kubeconfig,
-        &identity,
-        slot,
-        result,
-    )
-    .await;
+    let extra: &[&str] = if p.helm_rbac {
+        &["config/rbac-helm"]
+    } else {
+        &[]
+    };
+    let seat = ManagerSeat::new(&mut ns, extra);
+    let outcome = measure_manager(client, p, discovery, &seat, slot, result).await;
     if let Some(m) = slot.as_mut() {
-        if !m.terminate(Duration::from_secs(15)).await {
-            m.kill();
-        }
+        bench_manager::stop(m).await;
         result.log = m.log.display().to_string();
-        let log = m.log_text();
-        let level = |l: &str| {
-            log.lines()
-                .filter(|line| line.contains(&format!("\"level\":\"{l}\"")))
-                .count()
-        };
-        result.log_warnings = level("WARN");
-        result.log_errors = level("ERROR");
+        (result.log_warnings, result.log_errors) = bench_manager::log_levels(&m.log_text());
     }
     *slot = None;
     drop(ns);
-    let _ = std::fs::remove_file(&kubeconfig);
+    drop(seat);
     outcome
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn measure_manager(
     client: &Client,
     p: &Params,
     discovery: &str,
-    lease_ns: &str,
-    kubeconfig: &std::path::Path,
-    identity: &str,
+    seat: &ManagerSeat,
     slot: &mut Option<Manager>,
     r: &mut MooninResult,
 ) -> Result<(), String> {
+    let identity = seat.identity.as_str();
     let cds: Api<ClusterDiscovery> = Api::all(client.clone());
     let bench_namespaces: BTreeSet<String> = (0..p.namespaces).map(namespace_name).collect();
     r.machine
@@ -1148,26 +881,10 @@ async fn measure_manager(
     // 1. Warm-up: process start → InventoryComplete and an inventory in every namespace of
     //    the benchmark.
     let launched = Instant::now();
-    let manager = Manager::start(
-        kubeconfig,
-        identity,
-        &[
-            "--namespace",
-            lease_ns,
-            "--controllers",
-            "discovery",
-            "--cluster-name",
-            "bench",
-        ],
-    )
-    .await;
+    let manager = seat.start("discovery", &["--cluster-name", "bench"]).await;
     let addr = manager.addr;
     *slot = Some(manager);
-    let pid = moonin_managers()
-        .into_iter()
-        .find(|(_, id)| id == identity)
-        .map(|(pid, _)| pid)
-        .ok_or("the manager's process is not in /proc")?;
+    let pid = process::pid_of(identity)?;
     progress(&format!("manager pid {pid} serves {addr}; warming up"));
     let deadline = launched + Duration::from_secs(p.warmup_timeout_secs);
     let mut last_print = Instant::now();
@@ -1213,7 +930,7 @@ async fn measure_manager(
                 "warming up {:.0} s: requests {}; writes {}; RSS {}",
                 launched.elapsed().as_secs_f64(),
                 by_verb(&s, 1.0),
-                by_kind(&s.writes, 1.0),
+                breakdown(&s.writes, 1.0, "0"),
                 mib(u.rss_kib)
             ));
         }
@@ -1232,14 +949,14 @@ async fn measure_manager(
 
     // 2. Let the last rebuilds finish, then the steady state.
     let settle_started = Instant::now();
-    let mut last = r.warm_scrape.non_heartbeat_writes();
+    let mut last = r.warm_scrape.writes_except(HEARTBEAT_KIND);
     let mut moved = Instant::now();
     while moved.elapsed() < QUIET && settle_started.elapsed() < Duration::from_secs(120) {
         tokio::time::sleep(Duration::from_millis(500)).await;
         if let Some(s) = scrape(addr).await
-            && s.non_heartbeat_writes() != last
+            && s.writes_except(HEARTBEAT_KIND) != last
         {
-            last = s.non_heartbeat_writes();
+            last = s.writes_except(HEARTBEAT_KIND);
             moved = Instant::now();
         }
     }
@@ -1270,7 +987,9 @@ async fn measure_manager(
     r.steady = after.minus(&before);
     r.after_steady = usage(pid);
     if let Some(m) = slot.as_ref() {
-        r.steady_warnings = warnings_between(&m.log_text(), steady_from, Timestamp::now());
+        let window = Some((steady_from, Timestamp::now()));
+        // The user name, which differs per run, follows " User ".
+        r.steady_warnings = bench_manager::problems(&m.log_text(), window, " User ");
         r.steady_failed_lists = r
             .steady_warnings
             .iter()
@@ -1303,7 +1022,7 @@ async fn measure_manager(
         "changed the image of {} Deployments",
         changed.len()
     ));
-    let mut last = after.non_heartbeat_writes();
+    let mut last = after.writes_except(HEARTBEAT_KIND);
     let mut moved = Instant::now();
     let mut settled = false;
     while change_started.elapsed() < Duration::from_secs(180) {
@@ -1311,8 +1030,8 @@ async fn measure_manager(
         let Some(s) = scrape(addr).await else {
             continue;
         };
-        if s.non_heartbeat_writes() != last {
-            last = s.non_heartbeat_writes();
+        if s.writes_except(HEARTBEAT_KIND) != last {
+            last = s.writes_except(HEARTBEAT_KIND);
             moved = Instant::now();
         }
         let revisions = s.minus(&after).write("WorkloadRevision");
@@ -1473,10 +1192,7 @@ impl KsmTelemetry {
 }
 
 async fn telemetry(addr: SocketAddr) -> Option<KsmTelemetry> {
-    tokio::task::spawn_blocking(move || http_get(addr, "/metrics").map(|b| KsmTelemetry::parse(&b)))
-        .await
-        .ok()
-        .flatten()
+    get_parsed(addr, "/metrics", KsmTelemetry::parse).await
 }
 
 fn ksm_script() -> PathBuf {
@@ -1663,54 +1379,12 @@ fn by_verb(s: &Scrape, per: f64) -> String {
     }
 }
 
+/// Writes by kind, `0` for none.
 fn by_kind(m: &BTreeMap<String, f64>, per: f64) -> String {
-    if m.is_empty() {
-        return "0".into();
-    }
-    m.iter()
-        .map(|(k, v)| format!("{k} {}", num(v * per)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// An integer as an integer, anything else with one decimal.
-fn num(v: f64) -> String {
-    if (v - v.round()).abs() < 1e-9 {
-        format!("{}", v.round() as i64)
-    } else {
-        format!("{v:.1}")
-    }
+    breakdown(m, per, "0")
 }
 
 fn print_header(p: &Params, version: &str) {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("model name"))
-                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok())
-        })
-        .map_or_else(
-            || "?".into(),
-            |kib| format!("{:.1} GiB", kib as f64 / 1048576.0),
-        );
-    let tree = Command::new("git")
-        .args(["describe", "--always", "--dirty"])
-        .current_dir(common::root())
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "?".into());
     println!("# Moonin discovery footprint");
     println!();
     println!("- command: `{}`", p.command());
@@ -1724,10 +1398,7 @@ fn print_header(p: &Params, version: &str) {
         p.steady_secs,
         p.changed().len()
     );
-    println!(
-        "- machine: {cores} cores ({cpu}), {mem} RAM; local control plane (e2e/cluster: kube-apiserver {version}, etcd, kube-controller-manager, kube-scheduler, kwok) on the same machine"
-    );
-    println!("- source: `git describe --always --dirty` = {tree}");
+    machine::print_header_lines(version, "");
 }
 
 fn print_setup(p: &Params, s: &Setup) {
@@ -2042,41 +1713,15 @@ fn print_report(p: &Params, setup: &Setup, m: &Option<MooninResult>, k: &Option<
 // ---------------------------------------------------------------------------------------
 // The run.
 
-async fn until<T, F, Fut>(what: &str, deadline: Instant, mut probe: F) -> Result<T, String>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    loop {
-        if let Some(v) = probe().await {
-            return Ok(v);
-        }
-        if Instant::now() >= deadline {
-            return Err(format!("timed out waiting for {what}"));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
 async fn run() -> ExitCode {
     let params = match Params::from_env() {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("discovery_footprint: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return plane::bad_parameters("discovery_footprint", &e),
     };
-    let Some(client) = harness::cluster().await else {
-        eprintln!(
-            "discovery_footprint: no Kubernetes control plane is reachable. Start the local one and point KUBECONFIG at it:\n  e2e/cluster up\n  eval \"$(e2e/cluster env)\"\n  cargo bench --bench discovery_footprint"
-        );
+    let Some(client) = plane::connect("discovery_footprint").await else {
         return ExitCode::from(2);
     };
-    let version = client
-        .apiserver_version()
-        .await
-        .map(|v| v.git_version)
-        .unwrap_or_else(|_| "?".into());
+    let version = plane::server_version(&client).await;
     print_header(&params, &version);
 
     let mut setup_result = Setup::default();
@@ -2117,10 +1762,7 @@ async fn run() -> ExitCode {
         }
         Ok::<(), String>(())
     };
-    let outcome = tokio::select! {
-        r = work => r,
-        why = interrupted() => Err(why.to_string()),
-    };
+    let outcome = or_interrupted(work).await;
     drop(manager.take());
     if let Err(e) = outcome {
         errors.push(e);
@@ -2170,18 +1812,12 @@ async fn cleanup(client: &Client, p: &Params, discovery: Option<(String, bool)>)
             }
         })
         .await;
-    let gone = until(
+    let gone = wait::until_none_left(
         "the benchmark namespaces to be deleted",
+        &namespaces,
+        &ListParams::default().labels(SELECTOR),
         Instant::now() + Duration::from_secs(600),
-        || async {
-            namespaces
-                .list_metadata(&ListParams::default().labels(SELECTOR))
-                .await
-                .ok()?
-                .items
-                .is_empty()
-                .then_some(())
-        },
+        POLL,
     )
     .await;
     if let Err(e) = gone {

@@ -266,6 +266,27 @@ pub fn moonin_api(client: &Client, kind: &str, namespace: &str) -> Api<DynamicOb
     }
 }
 
+/// A Deployment `name` of `replicas` Pods that kwok runs (they tolerate its Nodes' taint),
+/// each asking for a little CPU and memory.
+pub fn kwok_deployment(name: &str, replicas: i32) -> k8s_openapi::api::apps::v1::Deployment {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [{"name": "app", "image": "registry.example/app:1",
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
+                    "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]
+                }
+            }
+        }
+    }))
+    .expect("a Deployment")
+}
+
 /// Applies a Moonin object given as JSON (server-side apply) and returns what was stored.
 pub async fn apply_moonin(
     client: &Client,

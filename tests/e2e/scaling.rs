@@ -116,24 +116,11 @@ impl Rig {
 
     /// A Deployment whose Pods kwok runs.
     pub async fn deployment(&self, name: &str, replicas: i32) -> Deployment {
-        let d: Deployment = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}},
-                    "spec": {
-                        "containers": [{"name": "app", "image": "registry.example/app:1",
-                            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
-                        "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]
-                    }
-                }
-            }
-        }))
-        .expect("deployment");
         self.deployments()
-            .create(&PostParams::default(), &d)
+            .create(
+                &PostParams::default(),
+                &harness::kwok_deployment(name, replicas),
+            )
             .await
             .expect("create deployment")
     }

@@ -1,5 +1,5 @@
 // Wrapper module: builds kube-state-metrics at a pinned version for e2e/kube-state-metrics, the
-// peer of the discovery footprint benchmark (benches/discovery_footprint.rs). The main package
+// peer of the discovery footprint benchmark (benches/discovery_footprint/). The main package
 // is the module root. (v2.15.0: the proxy fails on the newer releases here.) go.sum is committed
 // and every build verifies against it.
 module moonin.io/e2e/tools/kube-state-metrics

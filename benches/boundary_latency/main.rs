@@ -1,0 +1,179 @@
+//! Scaling boundary latency (TESTING.md, "Benchmarks"): N templates × M actions whose
+//! scheduled windows open at the same instant and close at the same instant, each action
+//! on its own Deployment with its own HPA.
+//!
+//! Watches in this process time every write from the boundary instant (the arrival of
+//! the first event showing the new value); the manager's own `moonin_api_writes_total`
+//! counts its writes; `/proc/<pid>/status` gives its memory. Numbers, not pass/fail.
+//!
+//! ```sh
+//! e2e/cluster up && eval "$(e2e/cluster env)"
+//! cargo bench --bench boundary_latency
+//! MOONIN_BENCH_TEMPLATES=10 MOONIN_BENCH_ACTIONS=2 cargo bench --bench boundary_latency
+//! ```
+//!
+//! Without `--bench` (how `cargo test --all-targets` runs it) it only says how to run it.
+
+mod measure;
+mod objects;
+mod probes;
+mod report;
+mod server;
+#[allow(dead_code)]
+#[path = "../shared/mod.rs"]
+mod shared;
+mod watch;
+mod window;
+
+use std::{process::ExitCode, time::Duration};
+
+use kube::Client;
+
+// The harness and the shared modules reach the tests' helpers as `crate::common`.
+use shared::{
+    common,
+    harness::{self, Manager, TestNamespace},
+    machine,
+    manager::ManagerSeat,
+    params::{command_line, positive},
+    plane,
+    process::moonin_managers,
+    report::progress,
+    signals::or_interrupted,
+};
+
+/// Deployment replicas before and after the window.
+const REPLICAS: i32 = 1;
+/// The HPA's own bounds.
+const HPA_MIN: i32 = 1;
+const HPA_MAX: i32 = 3;
+/// The action's bounds during the window.
+const ACTION_MIN: i32 = 2;
+const ACTION_MAX: i32 = 4;
+/// The goal for p99 of every phase, on this machine.
+const GOAL_MS: f64 = 1000.0;
+/// A boundary has settled when every write was seen and the write counter stood still
+/// this long.
+const QUIET: Duration = Duration::from_secs(2);
+const SCRAPE_EVERY: Duration = Duration::from_millis(200);
+/// Concurrent creates while setting up.
+const CREATE_CONCURRENCY: usize = 32;
+
+/// How often the benchmark looks again at what it waits for.
+const POLL: Duration = Duration::from_millis(200);
+
+fn main() -> ExitCode {
+    plane::main("boundary_latency", 4, "", run)
+}
+
+struct Params {
+    templates: usize,
+    actions: usize,
+    setup_secs: i64,
+    quiet_secs: u64,
+}
+
+impl Params {
+    fn from_env() -> Result<Self, String> {
+        Ok(Self {
+            templates: positive("MOONIN_BENCH_TEMPLATES", 100)? as usize,
+            actions: positive("MOONIN_BENCH_ACTIONS", 5)? as usize,
+            setup_secs: positive("MOONIN_BENCH_SETUP_SECS", 40)? as i64,
+            quiet_secs: positive("MOONIN_BENCH_QUIET_WAIT_SECS", 300)?,
+        })
+    }
+
+    fn targets(&self) -> usize {
+        self.templates * self.actions
+    }
+
+    /// Fewest writes a boundary can take: the HPA and the Deployment of every action,
+    /// and one status write per template.
+    fn minimum_writes(&self) -> usize {
+        2 * self.targets() + self.templates
+    }
+
+    fn names(&self) -> Vec<String> {
+        (0..self.templates)
+            .flat_map(|t| (0..self.actions).map(move |a| target_name(t, a)))
+            .collect()
+    }
+
+    fn command(&self) -> String {
+        command_line(
+            "boundary_latency",
+            &[
+                "MOONIN_BENCH_TEMPLATES",
+                "MOONIN_BENCH_ACTIONS",
+                "MOONIN_BENCH_SETUP_SECS",
+                "MOONIN_BENCH_QUIET_WAIT_SECS",
+            ],
+        )
+    }
+}
+
+fn target_name(template: usize, action: usize) -> String {
+    format!("t{template:03}-a{action}")
+}
+
+fn template_name(template: usize) -> String {
+    format!("t{template:03}")
+}
+
+async fn run() -> ExitCode {
+    let params = match Params::from_env() {
+        Ok(p) => p,
+        Err(e) => return plane::bad_parameters("boundary_latency", &e),
+    };
+    let Some(client) = plane::connect("boundary_latency").await else {
+        return ExitCode::from(2);
+    };
+    print_header(&client, &params).await;
+
+    harness::install_crds(&client).await;
+    let mut ns = TestNamespace::new(&client, "bench-boundary").await;
+    let seat = ManagerSeat::new(&mut ns, &[]);
+    let identity = seat.identity.clone();
+    progress(&format!("namespace {}", ns.name));
+
+    let mut manager: Option<Manager> = None;
+    // Ctrl-C or SIGTERM still cleans up: the templates carry finalizers.
+    let outcome = or_interrupted(measure::measure(&client, &params, &seat, &mut manager)).await;
+    let code = match &outcome {
+        Ok(report) => {
+            report.print(&params);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("boundary_latency: {e}");
+            if let Some(m) = &manager {
+                eprintln!("manager log: {}", m.log.display());
+            }
+            ExitCode::from(3)
+        }
+    };
+    // A signal to the process group may have stopped the manager too.
+    let alive = manager.is_some() && moonin_managers().iter().any(|m| m.identity == identity);
+    probes::cleanup(&client, &ns.name, alive).await;
+    drop(manager);
+    drop(ns);
+    drop(seat);
+    code
+}
+
+async fn print_header(client: &Client, p: &Params) {
+    let version = plane::server_version(client).await;
+    println!("# Moonin scaling boundary latency");
+    println!();
+    println!("- command: `{}`", p.command());
+    println!(
+        "- parameters: {} templates × {} actions = {} Deployments (replicas {REPLICAS}), each with its own HPA (min {HPA_MIN}, max {HPA_MAX}); action minReplicas {ACTION_MIN}, maxReplicas {ACTION_MAX}; every template `schedule: \"M H * * *\"`, `timeZone: UTC`, `duration: 1m` (the same minute for all)",
+        p.templates,
+        p.actions,
+        p.targets()
+    );
+    machine::print_header_lines(&version, " as the manager and this benchmark");
+    println!(
+        "- manager: one `moonin run --controllers scaling` (release build), impersonating the ServiceAccount with config/rbac; latencies are taken by watches in this process"
+    );
+}

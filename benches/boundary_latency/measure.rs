@@ -1,0 +1,283 @@
+//! The run: the targets, a quiet machine, the write floor, the templates, then (in
+//! [`crate::window`]) the manager and both edges of the window, and what is left after them.
+
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ListParams, PostParams},
+};
+use moonin::api::scaling::ScalingTemplate;
+
+use crate::{
+    CREATE_CONCURRENCY, HPA_MAX, HPA_MIN, POLL, Params, REPLICAS,
+    objects::{deployment, hpa, template},
+    probes::{moonin_events, write_floor},
+    report::{Leftovers, LogSummary, Report},
+    server::{machine_note, rival_managers},
+    shared::{
+        harness::Manager, machine::builds, machine::wait_until_quiet, manager as bench_manager,
+        manager::ManagerSeat, report::progress, wait,
+    },
+    watch::{Latencies, Shared, on_deployment, on_hpa, on_template, spawn_watch},
+    window::{run_window, start_manager},
+};
+
+/// The benchmark's objects in its namespace, and what its watches see of them.
+pub struct Targets {
+    /// One per action.
+    pub deployments: Api<Deployment>,
+    /// One per action, on its Deployment.
+    pub hpas: Api<HorizontalPodAutoscaler>,
+    /// One per template.
+    pub templates: Api<ScalingTemplate>,
+    /// What the watches saw.
+    pub seen: Shared,
+}
+
+impl Targets {
+    /// Watches the namespace's Deployments, HPAs and templates until each listed.
+    async fn watch(client: &Client, ns: &str) -> Result<Self, String> {
+        let t = Targets {
+            deployments: Api::namespaced(client.clone(), ns),
+            hpas: Api::namespaced(client.clone(), ns),
+            templates: Api::namespaced(client.clone(), ns),
+            seen: Arc::default(),
+        };
+        spawn_watch(t.hpas.clone(), t.seen.clone(), 0, on_hpa);
+        spawn_watch(t.deployments.clone(), t.seen.clone(), 1, on_deployment);
+        spawn_watch(t.templates.clone(), t.seen.clone(), 2, on_template);
+        wait::until(
+            "the benchmark's watches to sync",
+            Instant::now() + Duration::from_secs(30),
+            POLL,
+            || async {
+                t.seen
+                    .lock()
+                    .expect("seen")
+                    .synced
+                    .iter()
+                    .all(|s| *s)
+                    .then_some(())
+            },
+        )
+        .await?;
+        Ok(t)
+    }
+}
+
+/// Measures one window of `p`'s templates with a manager running as `seat`; the manager
+/// goes into `manager_slot` as soon as it runs, so that the caller can clean up with it.
+pub async fn measure(
+    client: &Client,
+    p: &Params,
+    seat: &ManagerSeat,
+    manager_slot: &mut Option<Manager>,
+) -> Result<Report, String> {
+    let (ns, identity) = (seat.namespace.as_str(), seat.identity.as_str());
+    let names = p.names();
+    let t = Targets::watch(client, ns).await?;
+
+    // 1. The targets, on a machine as quiet as it gets.
+    create_targets(&t, &names).await?;
+    wait_for_quiet_machine(p, identity).await;
+
+    // The API server's write floor on this machine: the same number of writes (one per
+    // Deployment and one per HPA, Deployment first), sent by this process as fast as the
+    // same in-flight bound allows. Annotation-only, so no controller cascades follow.
+    let floor = write_floor(client, ns, &names).await;
+    if let Some(f) = &floor {
+        progress(&format!(
+            "write floor: {} writes, p99 {:.0} ms, all done after {:.0} ms",
+            f.n, f.p99, f.max
+        ));
+    }
+
+    // 2. The templates, on the next whole minute that leaves time to set up.
+    let earliest = Timestamp::now().as_second() + p.setup_secs;
+    let open = Timestamp::from_second((earliest + 59) / 60 * 60).expect("timestamp");
+    let close = open + SignedDuration::from_secs(60);
+    progress(&format!("window {open} → {close}"));
+    create_templates(&t, p, open).await?;
+
+    // 3. The manager; 4. and 5. the window opens and closes.
+    let startup = start_manager(client, p, seat, &t, open, manager_slot).await?;
+    let window = run_window(&t, &names, identity, &startup, open, close).await?;
+
+    // 6. What is left.
+    let left = leftovers(&t).await?;
+    let log = LogSummary::read(&startup.log_path, ns);
+    let events = moonin_events(client, ns).await;
+    let latencies = Latencies::from_seen(&t.seen.lock().expect("seen"), p, &names, open, close);
+    Ok(Report {
+        open,
+        close,
+        latencies,
+        floor,
+        startup,
+        window,
+        left,
+        log,
+        events,
+    })
+}
+
+/// Creates a Deployment and its HPA per action, and waits (at most 5 minutes) until every
+/// Deployment is available.
+async fn create_targets(t: &Targets, names: &[String]) -> Result<(), String> {
+    let n = names.len();
+    let started = Instant::now();
+    let pp = PostParams::default();
+    stream::iter(names.to_vec())
+        .map(|name| {
+            let (deployments, hpas, pp) = (t.deployments.clone(), t.hpas.clone(), pp.clone());
+            async move {
+                deployments.create(&pp, &deployment(&name)).await?;
+                hpas.create(&pp, &hpa(&name)).await?;
+                Ok::<_, kube::Error>(())
+            }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await
+        .map_err(|e| format!("creating the Deployments and HPAs: {e}"))?;
+    progress(&format!(
+        "created {n} Deployments and {n} HPAs in {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+    let available = wait::until(
+        "every Deployment to be available",
+        Instant::now() + Duration::from_secs(300),
+        POLL,
+        || async {
+            let s = t.seen.lock().expect("seen");
+            (s.hpas.len() == n && s.available.values().filter(|a| **a >= REPLICAS).count() == n)
+                .then_some(())
+        },
+    )
+    .await;
+    if let Err(e) = available {
+        progress(&format!("{e}; going on (the control plane is still busy)"));
+    } else {
+        progress(&format!(
+            "every Deployment available after {:.1} s",
+            started.elapsed().as_secs_f64()
+        ));
+    }
+    Ok(())
+}
+
+/// Waits (up to `MOONIN_BENCH_QUIET_WAIT_SECS`) until no other scaling manager and no build
+/// runs on this machine; goes on anyway after that.
+async fn wait_for_quiet_machine(p: &Params, identity: &str) {
+    let quiet = wait_until_quiet(
+        "a quiet machine (no other scaling manager, no build)",
+        Duration::from_secs(p.quiet_secs),
+        POLL,
+        || {
+            let busy = !rival_managers(identity).is_empty() || !builds().is_empty();
+            busy.then(|| machine_note(identity))
+        },
+    )
+    .await;
+    if let Err(e) = quiet {
+        progress(&format!("{e}; going on, numbers may be noisy"));
+    }
+}
+
+/// Creates the templates, every one with a window from `open`.
+async fn create_templates(t: &Targets, p: &Params, open: Timestamp) -> Result<(), String> {
+    let pp = PostParams::default();
+    stream::iter(0..p.templates)
+        .map(|i| {
+            let (templates, pp) = (t.templates.clone(), pp.clone());
+            async move { templates.create(&pp, &template(i, p.actions, open)).await }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await
+        .map_err(|e| format!("creating the templates: {e}"))?;
+    progress(&format!("created {} templates", p.templates));
+    Ok(())
+}
+
+/// The targets that are not exactly as before the window, and the templates' phases.
+async fn leftovers(t: &Targets) -> Result<Leftovers, String> {
+    let mut not_restored = Vec::new();
+    let marked = |a: &BTreeMap<String, String>| a.keys().any(|k| k.starts_with("moonin.io/"));
+    for h in t
+        .hpas
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        if h.spec.min_replicas != Some(HPA_MIN)
+            || h.spec.max_replicas != HPA_MAX
+            || marked(h.annotations())
+        {
+            not_restored.push(format!(
+                "HPA {} min {:?} max {}",
+                h.name_any(),
+                h.spec.min_replicas,
+                h.spec.max_replicas
+            ));
+        }
+    }
+    for d in t
+        .deployments
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        let replicas = d.spec.as_ref().and_then(|s| s.replicas);
+        if replicas != Some(REPLICAS) || marked(d.annotations()) {
+            not_restored.push(format!("Deployment {} replicas {replicas:?}", d.name_any()));
+        }
+    }
+    let mut phases = BTreeMap::new();
+    for template in t
+        .templates
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        let phase = template
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_else(|| "none".into());
+        *phases.entry(phase).or_default() += 1;
+    }
+    Ok(Leftovers {
+        not_restored,
+        phases,
+    })
+}
+
+impl LogSummary {
+    /// The manager's log at `path`: one line per kind of problem, the message and the
+    /// error without object names (cut before `<ns>/`), the five most frequent first.
+    fn read(path: &str, ns: &str) -> Self {
+        let log = std::fs::read_to_string(path).unwrap_or_default();
+        let mut top: Vec<(usize, String)> = bench_manager::problems(&log, None, &format!("{ns}/"))
+            .into_iter()
+            .map(|(k, n)| (n, k))
+            .collect();
+        top.sort_by_key(|b| std::cmp::Reverse(b.0));
+        top.truncate(5);
+        let (warnings, errors) = bench_manager::log_levels(&log);
+        LogSummary {
+            warnings,
+            errors,
+            top,
+            path: path.to_string(),
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! The objects the benchmark creates: a Deployment and its HPA per action, and the
+//! templates whose windows open and close together.
+
+use jiff::{Timestamp, tz::TimeZone};
+use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
+use moonin::api::scaling::ScalingTemplate;
+use serde_json::{Value, json};
+
+use crate::{
+    ACTION_MAX, ACTION_MIN, HPA_MAX, HPA_MIN, REPLICAS, shared::harness, target_name, template_name,
+};
+
+/// Target `name`: a Deployment of [`REPLICAS`] Pods that kwok runs.
+pub fn deployment(name: &str) -> Deployment {
+    harness::kwok_deployment(name, REPLICAS)
+}
+
+/// The HPA of target `name`, with its own bounds.
+pub fn hpa(name: &str) -> HorizontalPodAutoscaler {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": HPA_MIN,
+            "maxReplicas": HPA_MAX,
+            "metrics": [
+                {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}
+            ]
+        }
+    }))
+    .expect("hpa")
+}
+
+/// Template `index` with `actions` actions, each on its own target, whose window opens at
+/// `open` and lasts a minute.
+pub fn template(index: usize, actions: usize, open: Timestamp) -> ScalingTemplate {
+    let at = open.to_zoned(TimeZone::UTC);
+    let actions: Vec<Value> = (0..actions)
+        .map(|a| {
+            json!({
+                "name": format!("a{a}"),
+                "target": {"name": target_name(index, a)},
+                "minReplicas": ACTION_MIN,
+                "maxReplicas": ACTION_MAX
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "ScalingTemplate",
+        "metadata": {"name": template_name(index)},
+        "spec": {
+            "schedule": format!("{} {} * * *", at.minute(), at.hour()),
+            "timeZone": "UTC",
+            "duration": "1m",
+            "actions": actions
+        }
+    }))
+    .expect("template")
+}

@@ -1,0 +1,147 @@
+//! Requests the benchmark sends itself: the write floor and one request's round trip on
+//! this control plane, the manager's Events, and the cleanup.
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use moonin::api::scaling::ScalingTemplate;
+use serde_json::json;
+
+use crate::{
+    POLL,
+    shared::{
+        report::progress,
+        stats::{Stats, stats},
+        wait,
+    },
+};
+
+/// Sends a merge patch of one annotation to every target's Deployment and then its HPA,
+/// with at most [`moonin::scaling::commit::MAX_IN_FLIGHT`] requests in flight, all started
+/// at one instant; the time from that instant to each write's response.
+pub async fn write_floor(client: &Client, ns: &str, names: &[String]) -> Option<Stats> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), ns);
+    let patch = Patch::Merge(json!({"metadata": {"annotations": {"bench/floor": "1"}}}));
+    let pp = PatchParams::default();
+    let start = Instant::now();
+    let times: Vec<f64> = stream::iter(names)
+        .map(|name| {
+            let (deployments, hpas, patch, pp) = (&deployments, &hpas, &patch, &pp);
+            async move {
+                let mut out = Vec::new();
+                if deployments.patch(name, pp, patch).await.is_ok() {
+                    out.push(start.elapsed().as_secs_f64() * 1000.0);
+                }
+                if hpas.patch(name, pp, patch).await.is_ok() {
+                    out.push(start.elapsed().as_secs_f64() * 1000.0);
+                }
+                out
+            }
+        })
+        .buffer_unordered(moonin::scaling::commit::MAX_IN_FLIGHT)
+        .flat_map(stream::iter)
+        .collect()
+        .await;
+    stats(times)
+}
+
+/// p50 of 20 sequential PATCHes of a ConfigMap of our own, before the boundary: what one
+/// request costs on this control plane when nothing else is going on.
+pub async fn patch_round_trip(client: &Client, ns: &str) -> Option<f64> {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = serde_json::from_value(json!({"metadata": {"name": "bench-probe"}})).ok()?;
+    api.create(&PostParams::default(), &cm).await.ok()?;
+    let mut times = Vec::new();
+    for i in 0..20 {
+        let started = Instant::now();
+        api.patch(
+            "bench-probe",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"i": i.to_string()}})),
+        )
+        .await
+        .ok()?;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    stats(times).map(|s| s.p50)
+}
+
+/// Events from moonin-scaling: (objects, occurrences counting series, occurrences by
+/// type and reason).
+pub async fn moonin_events(client: &Client, ns: &str) -> (usize, i64, BTreeMap<String, i64>) {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let ours: Vec<_> = list
+        .into_iter()
+        .filter(|e| e.reporting_controller.as_deref() == Some("moonin-scaling"))
+        .collect();
+    let times = |e: &k8s_openapi::api::events::v1::Event| {
+        e.series.as_ref().map_or(1, |s| i64::from(s.count))
+    };
+    let mut by_reason = BTreeMap::new();
+    for e in &ours {
+        let key = format!(
+            "{} {}",
+            e.type_.as_deref().unwrap_or("?"),
+            e.reason.as_deref().unwrap_or("?")
+        );
+        *by_reason.entry(key).or_default() += times(e);
+    }
+    (ours.len(), ours.iter().map(times).sum(), by_reason)
+}
+
+/// Deletes the templates while the manager runs (their finalizers revert the targets),
+/// then lets the namespace go. Without a manager, or if it does not finish, the
+/// finalizers are removed so the namespace is not stuck.
+pub async fn cleanup(client: &Client, ns: &str, manager_running: bool) {
+    let templates: Api<ScalingTemplate> = Api::namespaced(client.clone(), ns);
+    let started = Instant::now();
+    let _ = templates
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+    let gone = if manager_running {
+        wait::until_none_left(
+            "the templates to be deleted",
+            &templates,
+            &ListParams::default(),
+            Instant::now() + Duration::from_secs(120),
+            POLL,
+        )
+        .await
+    } else {
+        Err("no manager".into())
+    };
+    match gone {
+        Ok(()) => progress(&format!(
+            "cleanup: templates deleted (finalizers ran) in {:.1} s",
+            started.elapsed().as_secs_f64()
+        )),
+        Err(e) => {
+            progress(&format!("cleanup: {e}; removing the finalizers"));
+            if let Ok(list) = templates.list(&ListParams::default()).await {
+                for t in list.items {
+                    let _ = templates
+                        .patch(
+                            &t.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                        )
+                        .await;
+                }
+            }
+        }
+    }
+}

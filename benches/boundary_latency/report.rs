@@ -1,0 +1,443 @@
+//! The report: latencies per phase and per action, the manager's writes, the API server's
+//! times, the published defaults of the systems Moonin replaces, and the checks.
+
+use std::{collections::BTreeMap, net::SocketAddr};
+
+use jiff::Timestamp;
+
+use crate::{
+    GOAL_MS, Params, SCRAPE_EVERY,
+    server::{SERVER_ROWS, ServerTimes},
+    shared::{
+        metrics::Counters as Scrape,
+        process,
+        report::{breakdown, listing, mib, num},
+        stats::{Stats, stats},
+    },
+    watch::{Latencies, ms_since},
+};
+
+/// One boundary, from a scrape 1 s before it until it settled.
+pub struct Boundary {
+    /// The manager's counters 1 s before.
+    pub before: Scrape,
+    /// Its counters once the boundary settled.
+    pub settled: Scrape,
+    /// When the write counter last moved (±[`SCRAPE_EVERY`]).
+    pub last_write: Option<Timestamp>,
+    /// Whether every write was seen before the deadline.
+    pub complete: bool,
+    /// Template changes the watch saw meanwhile (a status write that changed nothing
+    /// makes none).
+    pub template_changes: u64,
+    /// API server times from just before to just after.
+    pub server: (ServerTimes, ServerTimes),
+}
+
+/// The manager from its start until every template was Idle.
+pub struct Startup {
+    /// Its `/metrics` address.
+    pub addr: SocketAddr,
+    /// Its process.
+    pub pid: u32,
+    /// Its log file.
+    pub log_path: String,
+    /// Its counters once settled.
+    pub writes: Scrape,
+    /// Process start → settled, in seconds.
+    pub secs: f64,
+    /// Templates carrying Moonin's finalizer more than once after startup.
+    pub duplicate_finalizers: usize,
+    /// p50 of one PATCH round trip from this process while the manager is idle.
+    pub round_trip: Option<f64>,
+}
+
+/// Both edges of the window.
+pub struct Window {
+    /// The window opens.
+    pub open: Boundary,
+    /// The window closes.
+    pub close: Boundary,
+    /// The counters 10 s after the close settled.
+    pub after_close: Scrape,
+    /// The manager's memory 1 s before the window opens.
+    pub idle: process::Usage,
+    /// Its memory at the end.
+    pub peak: process::Usage,
+    /// Load and competing processes at each checkpoint.
+    pub machine: Vec<(String, String)>,
+}
+
+/// What is left after the close.
+pub struct Leftovers {
+    /// Targets not exactly restored.
+    pub not_restored: Vec<String>,
+    /// Templates by phase.
+    pub phases: BTreeMap<String, usize>,
+}
+
+/// The manager's log.
+pub struct LogSummary {
+    /// Warning lines.
+    pub warnings: usize,
+    /// Error lines.
+    pub errors: usize,
+    /// The most frequent warning and error messages, with counts.
+    pub top: Vec<(usize, String)>,
+    /// Its file.
+    pub path: String,
+}
+
+/// Everything one run measured.
+pub struct Report {
+    /// The window's start.
+    pub open: Timestamp,
+    /// The window's end.
+    pub close: Timestamp,
+    /// What the watches saw.
+    pub latencies: Latencies,
+    /// The same number of writes sent by this process at one instant (see
+    /// [`crate::probes::write_floor`]).
+    pub floor: Option<Stats>,
+    /// The manager until the window.
+    pub startup: Startup,
+    /// The window's edges.
+    pub window: Window,
+    /// What is left after the close.
+    pub left: Leftovers,
+    /// The manager's log.
+    pub log: LogSummary,
+    /// Events published by moonin-scaling: (objects, occurrences, by type and reason).
+    pub events: (usize, i64, BTreeMap<String, i64>),
+}
+
+/// A counter difference as an integer (never `-0`).
+pub fn count(v: f64) -> i64 {
+    v.round() as i64
+}
+
+impl Report {
+    /// Prints the report (Markdown) on stdout.
+    pub fn print(&self, p: &Params) {
+        self.print_latencies(p);
+        self.print_positions(p);
+        self.print_writes(p);
+        self.print_server_times();
+        self.print_reference();
+        self.print_checks();
+    }
+
+    fn print_latencies(&self, p: &Params) {
+        let n = p.targets();
+        let l = &self.latencies;
+        println!();
+        println!(
+            "## Boundary latency (window {} → {}; from the boundary instant to the first watch event showing the write)",
+            self.open, self.close
+        );
+        println!();
+        println!("| phase | n | p50 ms | p95 ms | p99 ms | max ms | goal: p99 < {GOAL_MS:.0} ms |");
+        println!("|---|---|---|---|---|---|---|");
+        let rows: [(&str, &Vec<f64>); 6] = [
+            ("window open → HPA override", &l.hpa_open),
+            ("window open → Deployment replicas raised", &l.dep_open),
+            ("window open → target done (both writes)", &l.both_open),
+            ("window close → HPA restored", &l.hpa_close),
+            ("window close → Deployment replicas restored", &l.dep_close),
+            ("window close → target done (both writes)", &l.both_close),
+        ];
+        for (phase, values) in rows {
+            match stats(values.clone()) {
+                Some(s) => println!(
+                    "| {phase} | {}/{n} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+                    s.n,
+                    s.p50,
+                    s.p95,
+                    s.p99,
+                    s.max,
+                    if s.p99 < GOAL_MS && s.n == n {
+                        "met"
+                    } else {
+                        "MISSED"
+                    }
+                ),
+                None => println!("| {phase} | 0/{n} | — | — | — | — | MISSED |"),
+            }
+        }
+        match &self.floor {
+            Some(f) => println!(
+                "| *floor: the same {} writes sent by this benchmark at one instant, {} in flight (annotation patches: no controller reacts)* | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+                2 * n,
+                moonin::scaling::commit::MAX_IN_FLIGHT,
+                f.n,
+                f.p50,
+                f.p95,
+                f.p99,
+                f.max,
+                if f.p99 < GOAL_MS {
+                    "the goal is reachable here"
+                } else {
+                    "the API server alone misses the goal here"
+                }
+            ),
+            None => println!("| *floor* | 0 | — | — | — | — | not measured |"),
+        }
+        println!();
+        println!(
+            "Deployments raised by Moonin's own patch (its restore record in the same event): {} of {} ({} raised first by the HPA controller enforcing the new minimum).",
+            l.raised_by_moonin,
+            l.dep_open.len(),
+            l.dep_open.len() - l.raised_by_moonin
+        );
+    }
+
+    fn print_positions(&self, p: &Params) {
+        println!();
+        println!(
+            "By the action's position in its template (a template's actions of equal priority are written concurrently, each as Deployment then autoscaler; the manager keeps at most {} requests in flight):",
+            moonin::scaling::commit::MAX_IN_FLIGHT
+        );
+        println!();
+        println!(
+            "| action | open → HPA p50 / max ms | open → Deployment p50 / max ms | close → HPA p50 / max ms | close → Deployment p50 / max ms |"
+        );
+        println!("|---|---|---|---|---|");
+        for (a, row) in self.latencies.positions.iter().enumerate() {
+            let cell = |s: &Option<Stats>| {
+                s.map_or_else(|| "—".into(), |s| format!("{:.0} / {:.0}", s.p50, s.max))
+            };
+            println!(
+                "| a{a} | {} | {} | {} | {} |",
+                cell(&row[0]),
+                cell(&row[1]),
+                cell(&row[2]),
+                cell(&row[3])
+            );
+        }
+        if let Some(rt) = self.startup.round_trip {
+            println!();
+            println!(
+                "For scale: one PATCH round trip from this process took {rt:.0} ms (p50 of 20, just before the window, manager idle); a boundary needs at least {} writes.",
+                p.minimum_writes()
+            );
+        }
+        println!();
+        for (what, b, boundary) in [
+            ("open", &self.window.open, self.open),
+            ("close", &self.window.close, self.close),
+        ] {
+            println!(
+                "Last write of the {what} boundary counted at {} after it (status writes included; ±{} ms){}.",
+                b.last_write
+                    .map(|t| format!("{:.0} ms", ms_since(boundary, t)))
+                    .unwrap_or_else(|| "—".into()),
+                SCRAPE_EVERY.as_millis(),
+                if b.complete {
+                    ""
+                } else {
+                    "; NOT every write was seen before the deadline"
+                }
+            );
+        }
+    }
+
+    fn print_writes(&self, p: &Params) {
+        let w = &self.window;
+        println!();
+        println!("## API writes by the manager (moonin_api_writes_total)");
+        println!();
+        println!("| interval | writes | by kind | reconciles | reconcile errors | goal |");
+        println!("|---|---|---|---|---|---|");
+        let min = p.minimum_writes();
+        let rows = [
+            (
+                format!(
+                    "startup (process start → settled, {:.1} s)",
+                    self.startup.secs
+                ),
+                self.startup.writes.clone(),
+                format!("minimum {}", 2 * p.templates),
+            ),
+            (
+                "window open (1 s before → settled)".to_string(),
+                w.open.settled.minus(&w.open.before),
+                format!("minimum {min}"),
+            ),
+            (
+                "between boundaries (settled after open → 1 s before close)".to_string(),
+                w.close.before.minus(&w.open.settled),
+                "0".to_string(),
+            ),
+            (
+                "window close (1 s before → settled)".to_string(),
+                w.close.settled.minus(&w.close.before),
+                format!("minimum {min}"),
+            ),
+            (
+                "after close (settled → +10 s)".to_string(),
+                w.after_close.minus(&w.close.settled),
+                "0".to_string(),
+            ),
+        ];
+        for (interval, d, goal) in rows {
+            println!(
+                "| {interval} | {} | {} | {} | {} | {goal} |",
+                num(d.writes_total()),
+                breakdown(&d.writes, 1.0, "—"),
+                num(d.reconciles),
+                breakdown(&d.errors, 1.0, "0")
+            );
+        }
+        println!();
+        for (what, b) in [("open", &w.open), ("close", &w.close)] {
+            let d = b.settled.minus(&b.before);
+            let status = d
+                .writes
+                .iter()
+                .filter(|(k, _)| k.ends_with("/status"))
+                .map(|(_, v)| count(*v))
+                .sum::<i64>();
+            println!(
+                "Window {what}: {status} template status writes; the benchmark's watch saw {} template changes, so {} status writes changed nothing.",
+                b.template_changes,
+                (status - b.template_changes as i64).max(0)
+            );
+        }
+    }
+
+    fn print_server_times(&self) {
+        println!();
+        println!(
+            "API server time per request during each boundary (its own apiserver_request_duration_seconds, all clients; from 3 s before the boundary until it settled):"
+        );
+        println!();
+        println!("| request | open: n | open: mean ms | close: n | close: mean ms |");
+        println!("|---|---|---|---|---|");
+        for (verb, resource) in SERVER_ROWS {
+            let cell = |b: &Boundary| {
+                let key = (verb.to_string(), resource.to_string());
+                let (s1, c1) = b.server.0.get(&key).copied().unwrap_or_default();
+                let (s2, c2) = b.server.1.get(&key).copied().unwrap_or_default();
+                let n = c2 - c1;
+                if n > 0.0 {
+                    format!("{} | {:.0}", count(n), (s2 - s1) / n * 1000.0)
+                } else {
+                    "0 | —".to_string()
+                }
+            };
+            println!(
+                "| {verb} {resource} | {} | {} |",
+                cell(&self.window.open),
+                cell(&self.window.close)
+            );
+        }
+        println!();
+        println!(
+            "Events published by moonin-scaling during the run (each one an API create or patch, not counted in moonin_api_writes_total): {} objects, {} occurrences ({}).",
+            self.events.0,
+            self.events.1,
+            self.events
+                .2
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        println!();
+        let (idle, peak) = (&self.window.idle, &self.window.peak);
+        println!(
+            "Manager RSS: idle {} (VmRSS 1 s before the window opens; VmHWM until then {}), peak {} (VmHWM after both boundaries), {} at the end (VmRSS).",
+            mib(idle.rss_kib),
+            mib(idle.hwm_kib),
+            mib(peak.hwm_kib),
+            mib(peak.rss_kib)
+        );
+    }
+
+    fn print_reference(&self) {
+        println!();
+        println!(
+            "## Reference: published defaults of the polling systems Moonin replaces (NOT measured here)"
+        );
+        println!();
+        let worst = [&self.latencies.both_open, &self.latencies.both_close]
+            .into_iter()
+            .filter_map(|v| stats(v.clone()))
+            .map(|s| s.p99)
+            .fold(f64::NAN, f64::max);
+        let ratio = |ms: f64| {
+            if worst.is_finite() && worst > 0.0 {
+                format!("{:.1}×", ms / worst)
+            } else {
+                "—".into()
+            }
+        };
+        println!(
+            "| system | how a boundary takes effect (published defaults) | delay after the boundary | ÷ Moonin's worst p99 above |"
+        );
+        println!("|---|---|---|---|");
+        println!(
+            "| KEDA cron scaler | KEDA polls the scaler every `pollingInterval` (default 30 s), then the HPA controller acts on its next sync (`--horizontal-pod-autoscaler-sync-period`, default 15 s) | up to ~45 000 ms | {} |",
+            ratio(45_000.0)
+        );
+        println!(
+            "| the agent Moonin replaces | polled an external \"Scaling Rules API\" every 30 s | up to ~30 000 ms | {} |",
+            ratio(30_000.0)
+        );
+        println!();
+        println!(
+            "These rows are published defaults, not measurements: KEDA's metrics adapter is not run on the local control plane, so KEDA is not run side by side here."
+        );
+    }
+
+    fn print_checks(&self) {
+        let (left, l) = (&self.left, &self.latencies);
+        println!();
+        println!("## Checks");
+        println!();
+        println!(
+            "- targets not exactly restored after the close (spec, replicas or moonin.io/ marks): {}{}",
+            left.not_restored.len(),
+            listing(&left.not_restored)
+        );
+        println!(
+            "- objects whose value changed more than twice (override + restore): {}{}",
+            l.flapping.len(),
+            listing(&l.flapping)
+        );
+        println!(
+            "- templates carrying Moonin's finalizer more than once after startup: {}",
+            self.startup.duplicate_finalizers
+        );
+        println!(
+            "- template phases after the close: {}",
+            left.phases
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        println!(
+            "- manager log: {} warnings, {} errors ({})",
+            self.log.warnings, self.log.errors, self.log.path
+        );
+        for (n, msg) in &self.log.top {
+            println!("  - {n}× {msg}");
+        }
+        println!(
+            "- benchmark watches: {} relists, {} errors (a relist would delay an arrival time)",
+            l.relists, l.watch_errors
+        );
+        println!("- the machine at each checkpoint:");
+        for (when, note) in &self.window.machine {
+            println!("  - {when}: {note}");
+        }
+        if self.window.machine.iter().any(|(_, n)| n.contains("RIVAL")) {
+            println!(
+                "- WARNING: another `moonin run` with the scaling controller was running; it reconciles these templates too, so rerun for clean numbers"
+            );
+        } else {
+            println!("- no other `moonin run` with the scaling controller at any checkpoint");
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! The manager from its start until the window opens, then both edges of the window: each
+//! timed from the boundary instant until every write was seen and the write counter stood
+//! still.
+
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use jiff::{SignedDuration, Timestamp};
+use kube::{Client, ResourceExt, api::ListParams};
+use moonin::api::scaling::{ScalingTemplate, keys};
+
+use crate::{
+    Params, QUIET, SCRAPE_EVERY,
+    measure::Targets,
+    probes::patch_round_trip,
+    report::{Boundary, Startup, Window, count},
+    server::{machine_note, server_times_async},
+    shared::{
+        harness::Manager,
+        manager::{ManagerSeat, wait_until_leading},
+        metrics::{Counters as Scrape, scrape, scrape_retrying},
+        process,
+        report::progress,
+    },
+    watch::{Edges, Seen, Shared},
+};
+
+/// Starts the manager (into `slot`), waits until it leads and has made every template Idle,
+/// and measures one PATCH round trip while it is idle; fails when that takes until 3 s
+/// before `open`.
+pub async fn start_manager(
+    client: &Client,
+    p: &Params,
+    seat: &ManagerSeat,
+    t: &Targets,
+    open: Timestamp,
+    slot: &mut Option<Manager>,
+) -> Result<Startup, String> {
+    let launched = Instant::now();
+    let manager = seat.start("scaling", &[]).await;
+    let addr = manager.addr;
+    let log_path = manager.log.display().to_string();
+    let pid = process::pid_of(&seat.identity)?;
+    *slot = Some(manager);
+    let setup_deadline = Instant::now()
+        + Duration::try_from(open.duration_since(Timestamp::now()) - SignedDuration::from_secs(3))
+            .unwrap_or_default();
+    wait_until_leading(addr, setup_deadline)
+        .await
+        .map_err(|e| format!("{e} before the window (raise MOONIN_BENCH_SETUP_SECS)"))?;
+    progress(&format!(
+        "manager pid {pid} ready and leading after {:.1} s",
+        launched.elapsed().as_secs_f64()
+    ));
+    let writes = templates_idle(addr, t, p, setup_deadline).await?;
+    let secs = launched.elapsed().as_secs_f64() - QUIET.as_secs_f64();
+    let duplicate_finalizers = t
+        .templates
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .filter(|t| {
+                    t.finalizers()
+                        .iter()
+                        .filter(|f| *f == keys::FINALIZER)
+                        .count()
+                        > 1
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    let round_trip = patch_round_trip(client, &seat.namespace).await;
+    progress(&format!(
+        "templates Idle; {} startup writes; {:.0} s until the window opens",
+        count(writes.writes_total()),
+        open.duration_since(Timestamp::now()).as_secs_f64()
+    ));
+    Ok(Startup {
+        addr,
+        pid,
+        log_path,
+        writes,
+        secs,
+        duplicate_finalizers,
+        round_trip,
+    })
+}
+
+/// Waits until every template carries the finalizer and is Idle and the manager's write
+/// counter stood still for [`QUIET`]; the counters then.
+async fn templates_idle(
+    addr: SocketAddr,
+    t: &Targets,
+    p: &Params,
+    deadline: Instant,
+) -> Result<Scrape, String> {
+    let idle = |list: &[ScalingTemplate]| {
+        list.len() == p.templates
+            && list.iter().all(|t| {
+                t.finalizers().iter().any(|f| f == keys::FINALIZER)
+                    && t.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Idle")
+            })
+    };
+    let mut last_total = f64::NAN;
+    let mut moved = Instant::now();
+    loop {
+        if let Some(s) = scrape(addr).await {
+            if s.writes_total() != last_total {
+                (last_total, moved) = (s.writes_total(), Instant::now());
+            } else if moved.elapsed() >= QUIET
+                && let Ok(list) = t.templates.list(&ListParams::default()).await
+                && idle(&list.items)
+            {
+                return Ok(s);
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(
+                "timed out waiting for every template to be Idle and the manager quiet \
+                 before the window (raise MOONIN_BENCH_SETUP_SECS)"
+                    .into(),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Both edges of the window, then 10 s more; the machine noted at each checkpoint.
+pub async fn run_window(
+    t: &Targets,
+    names: &[String],
+    identity: &str,
+    startup: &Startup,
+    open: Timestamp,
+    close: Timestamp,
+) -> Result<Window, String> {
+    let all = |pick: fn(&Edges) -> Option<Timestamp>| {
+        move |s: &Seen| {
+            names.iter().all(|name| {
+                s.hpas.get(name).and_then(pick).is_some()
+                    && s.deployments.get(name).and_then(pick).is_some()
+            })
+        }
+    };
+    let mut machine = Vec::new();
+    let edge = Edge {
+        seen: &t.seen,
+        identity,
+        addr: startup.addr,
+        pid: startup.pid,
+    };
+    let (open_boundary, idle) = edge
+        .wait_out("open", open, 50, all(|e| e.open), &mut machine)
+        .await?;
+    let (close_boundary, _) = edge
+        .wait_out("close", close, 60, all(|e| e.close), &mut machine)
+        .await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let after_close = scrape_retrying(startup.addr).await?;
+    Ok(Window {
+        open: open_boundary,
+        close: close_boundary,
+        after_close,
+        idle,
+        peak: process::usage(startup.pid),
+        machine,
+    })
+}
+
+/// What an edge of the window is measured with.
+struct Edge<'a> {
+    seen: &'a Shared,
+    identity: &'a str,
+    addr: SocketAddr,
+    pid: u32,
+}
+
+impl Edge<'_> {
+    /// The edge at `at` (`what`: open or close), given at most `secs` to settle: the API
+    /// server's times from 3 s before, the counters and the manager's memory 1 s before,
+    /// then [`boundary`] until `done`.
+    async fn wait_out(
+        &self,
+        what: &str,
+        at: Timestamp,
+        secs: u64,
+        done: impl Fn(&Seen) -> bool,
+        machine: &mut Vec<(String, String)>,
+    ) -> Result<(Boundary, process::Usage), String> {
+        sleep_until(at - SignedDuration::from_secs(3)).await;
+        let server_before = server_times_async().await;
+        sleep_until(at - SignedDuration::from_secs(1)).await;
+        let before = scrape_retrying(self.addr).await?;
+        let usage = process::usage(self.pid);
+        machine.push((format!("1 s before {what}"), machine_note(self.identity)));
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        let mut b = boundary(self.addr, self.seen, before, deadline, done).await;
+        b.server = (server_before, server_times_async().await);
+        progress(&format!(
+            "{what} boundary settled ({} writes)",
+            count(b.settled.minus(&b.before).writes_total())
+        ));
+        machine.push((format!("{what} settled"), machine_note(self.identity)));
+        Ok((b, usage))
+    }
+}
+
+async fn sleep_until(t: Timestamp) {
+    if let Ok(d) = Duration::try_from(t.duration_since(Timestamp::now())) {
+        tokio::time::sleep(d).await;
+    }
+}
+
+/// Waits out a boundary: until `done` holds for what the watches saw and the write
+/// counter stood still for [`QUIET`], or `deadline`.
+async fn boundary(
+    addr: SocketAddr,
+    seen: &Shared,
+    before: Scrape,
+    deadline: Instant,
+    done: impl Fn(&Seen) -> bool,
+) -> Boundary {
+    let changes_before = seen.lock().expect("seen").template_changes;
+    let mut last = before.clone();
+    let mut last_write = None;
+    let mut moved = Instant::now();
+    loop {
+        tokio::time::sleep(SCRAPE_EVERY).await;
+        if let Some(s) = scrape(addr).await {
+            if s.writes_total() != last.writes_total() {
+                last_write = Some(Timestamp::now());
+                moved = Instant::now();
+            }
+            last = s;
+        }
+        let (complete, changes) = {
+            let s = seen.lock().expect("seen");
+            (done(&s), s.template_changes - changes_before)
+        };
+        if (complete && moved.elapsed() >= QUIET) || Instant::now() >= deadline {
+            return Boundary {
+                before,
+                settled: last,
+                last_write,
+                complete,
+                template_changes: changes,
+                server: Default::default(),
+            };
+        }
+    }
+}

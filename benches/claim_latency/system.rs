@@ -1,0 +1,397 @@
+//! The two systems under test, Moonin and agent-sandbox: their objects, their controllers
+//! (started, found, counted), and a stage per phase (a namespace, the pool, Moonin's manager).
+
+use std::{
+    net::SocketAddr,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api, Client,
+    api::{ApiResource, DeleteParams, DynamicObject, ListParams, PostParams},
+    core::GroupVersionKind,
+};
+use serde_json::{Value, json};
+
+use crate::{
+    POLL, Params,
+    shared::{
+        common,
+        harness::{self, Manager, TestNamespace},
+        http::{get_parsed, http_get},
+        machine::wait_until_quiet,
+        manager::{ManagerSeat, wait_until_leading},
+        metrics::{Counters, label, sum},
+        process::{listed, moonin_managers},
+        report::progress,
+        wait,
+    },
+    watch::Shared,
+};
+
+const AS_GROUP: &str = "extensions.agents.x-k8s.io";
+const AS_VERSION: &str = "v1beta1";
+/// A system under test.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum System {
+    Moonin,
+    AgentSandbox,
+}
+
+impl System {
+    pub fn label(self) -> &'static str {
+        match self {
+            System::Moonin => "Moonin",
+            System::AgentSandbox => "agent-sandbox v0.5.6",
+        }
+    }
+
+    pub fn claims(self, client: &Client, ns: &str) -> Api<DynamicObject> {
+        match self {
+            System::Moonin => harness::moonin_api(client, "SandboxClaim", ns),
+            System::AgentSandbox => as_api(client, ns, "SandboxClaim", "sandboxclaims"),
+        }
+    }
+
+    /// The pool object and the status field that counts its idle, Ready sandboxes.
+    pub fn pool(
+        self,
+        client: &Client,
+        ns: &str,
+    ) -> (Api<DynamicObject>, &'static str, &'static str) {
+        match self {
+            System::Moonin => (
+                harness::moonin_api(client, "SandboxPool", ns),
+                "bench-a",
+                "idleReplicas",
+            ),
+            System::AgentSandbox => (
+                as_api(client, ns, "SandboxWarmPool", "sandboxwarmpools"),
+                "bench",
+                "readyReplicas",
+            ),
+        }
+    }
+
+    pub fn claim(self, name: &str) -> DynamicObject {
+        let v = match self {
+            System::Moonin => json!({
+                "apiVersion": "moonin.io/v1alpha1",
+                "kind": "SandboxClaim",
+                "metadata": {"name": name},
+                "spec": {"poolRef": {"name": "bench-a"}}
+            }),
+            System::AgentSandbox => json!({
+                "apiVersion": format!("{AS_GROUP}/{AS_VERSION}"),
+                "kind": "SandboxClaim",
+                "metadata": {"name": name},
+                "spec": {"warmPoolRef": {"name": "bench"}}
+            }),
+        };
+        serde_json::from_value(v).expect("claim")
+    }
+
+    pub fn is_bound(self, claim: &DynamicObject) -> bool {
+        let status = &claim.data["status"];
+        match self {
+            System::Moonin => status["phase"] == "Bound",
+            System::AgentSandbox => {
+                status["sandbox"]["name"]
+                    .as_str()
+                    .is_some_and(|n| !n.is_empty())
+                    && status["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
+            }
+        }
+    }
+}
+
+fn as_api(client: &Client, ns: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(AS_GROUP, AS_VERSION, kind);
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk_with_plural(&gvk, plural),
+    )
+}
+
+/// The sandbox container: what every Pod of every pool runs (kwok runs none of it).
+fn container() -> Value {
+    json!({
+        "name": "sandbox",
+        "image": "registry.example/sandbox:1",
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}
+    })
+}
+
+// Counters: Moonin's /metrics; agent-sandbox's controller-runtime metrics when reachable.
+
+/// API writes the controller under test has sent so far: Moonin's
+/// `moonin_api_writes_total`; agent-sandbox's `rest_client_requests_total` for POST, PUT,
+/// PATCH and DELETE (controller-runtime's client metrics), when its metrics answer over
+/// plain HTTP.
+pub async fn writes(source: Option<SocketAddr>) -> Option<f64> {
+    let count = |body: &str| {
+        if body.contains("moonin_api_writes_total") {
+            Some(Counters::parse(body).writes_total())
+        } else if body.contains("rest_client_requests_total") {
+            Some(sum(body, "rest_client_requests_total{", |l| {
+                matches!(label(l, "method"), "POST" | "PUT" | "PATCH" | "DELETE")
+            }))
+        } else {
+            None
+        }
+    };
+    get_parsed(source?, "/metrics", count).await.flatten()
+}
+
+/// agent-sandbox's metrics address: the TCP port its process listens on besides the health
+/// port `e2e/agent-sandbox` recorded (both on loopback, kernel-chosen).
+fn agent_sandbox_metrics() -> Option<SocketAddr> {
+    let dir = std::env::var("MOONIN_CLUSTER_DIR").unwrap_or_else(|_| {
+        let cache = std::env::var("MOONIN_CACHE").unwrap_or_else(|_| {
+            format!(
+                "{}/.cache/moonin",
+                std::env::var("HOME").unwrap_or_default()
+            )
+        });
+        format!("{cache}/cluster")
+    });
+    let pid = std::fs::read_to_string(format!("{dir}/agent-sandbox.pid")).ok()?;
+    let health = std::fs::read_to_string(format!("{dir}/agent-sandbox.health")).ok()?;
+    let out = Command::new("ss").args(["-Hltnp"]).output().ok()?;
+    let needle = format!("pid={},", pid.trim());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .filter_map(|l| l.split_whitespace().nth(3)?.parse::<SocketAddr>().ok())
+        .find(|a| a.to_string() != health.trim())
+        .filter(|a| http_get(*a, "/metrics").is_some())
+}
+
+// Other controllers on this machine.
+
+/// Runs `e2e/agent-sandbox <cmd>` (`start`, `stop`, `status`); its output, or why it failed.
+pub fn agent_sandbox(cmd: &str) -> Result<String, String> {
+    let out = Command::new(common::root().join("e2e/agent-sandbox"))
+        .arg(cmd)
+        .output()
+        .map_err(|e| format!("e2e/agent-sandbox {cmd}: {e}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        Ok(text.trim().to_string())
+    } else {
+        Err(format!("e2e/agent-sandbox {cmd}: {}", text.trim()))
+    }
+}
+
+/// Waits until no other `moonin run` and no agent-sandbox controller runs.
+pub async fn wait_for_quiet(p: &Params) {
+    let quiet = wait_until_quiet(
+        "other controllers to stop",
+        Duration::from_secs(p.quiet_secs),
+        Duration::from_secs(1),
+        || {
+            let managers = moonin_managers();
+            let peer = agent_sandbox("status").is_ok();
+            (!managers.is_empty() || peer).then(|| {
+                format!(
+                    "managers: {}, agent-sandbox running: {peer}",
+                    listed(&managers)
+                )
+            })
+        },
+    )
+    .await;
+    if let Err(e) = quiet {
+        progress(&format!("{e}; going on"));
+    }
+}
+
+// One system's setup: its namespace, its controller, its pool.
+
+/// A namespace with the system's pool in it; for Moonin, its own manager (dropped before
+/// what it runs as).
+pub struct Stage {
+    pub system: System,
+    pub ns: TestNamespace,
+    pub moonin: Option<(Manager, ManagerSeat)>,
+    /// Where the controller's write counters are read.
+    pub metrics: Option<SocketAddr>,
+}
+
+impl Stage {
+    pub async fn new(client: &Client, system: System, prefix: &str) -> Result<Self, String> {
+        let short = match system {
+            System::Moonin => "m",
+            System::AgentSandbox => "as",
+        };
+        let mut ns = TestNamespace::new(client, &format!("bench-claim-{short}-{prefix}")).await;
+        let (moonin, metrics) = match system {
+            System::Moonin => {
+                let seat = ManagerSeat::new(&mut ns, &[]);
+                let m = seat.start("sandbox", &[]).await;
+                wait_until_leading(m.addr, Instant::now() + Duration::from_secs(60)).await?;
+                let addr = m.addr;
+                (Some((m, seat)), Some(addr))
+            }
+            System::AgentSandbox => (None, agent_sandbox_metrics()),
+        };
+        Ok(Stage {
+            system,
+            ns,
+            moonin,
+            metrics,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.ns.name
+    }
+
+    /// Creates the pool of `size` Pods. `grows`: Moonin's pool is in an autoscaling group
+    /// (minimum `size`, maximum four times that, no cooldown), so queued claims scale it
+    /// up; agent-sandbox creates a Sandbox for a claim its warm pool cannot serve anyway.
+    pub async fn create_pool(
+        &self,
+        client: &Client,
+        size: usize,
+        grows: bool,
+    ) -> Result<(), String> {
+        let ns = self.name();
+        let pp = PostParams::default();
+        match self.system {
+            System::Moonin => {
+                let mut env = json!({
+                    "apiVersion": "moonin.io/v1alpha1",
+                    "kind": "SandboxEnv",
+                    "metadata": {"name": "bench"},
+                    "spec": {"clusters": [{"name": "local", "members": [{
+                        "name": "a",
+                        "spec": {
+                            "replicas": size,
+                            "recyclePolicy": "Replace",
+                            "template": {
+                                "metadata": {"labels": {"app": "sandbox"}},
+                                "spec": {"containers": [container()]}
+                            }
+                        }
+                    }]}]}
+                });
+                if grows {
+                    env["spec"]["autoscaling"] = json!({"groups": [{
+                        "name": "g",
+                        "minReplicas": size,
+                        "maxReplicas": 4 * size,
+                        "scaleUpPolicy": {"cooldownSeconds": 0, "maxStep": 4 * size}
+                    }]});
+                    env["spec"]["clusters"][0]["members"][0]["config"] =
+                        json!({"scalingGroup": "g"});
+                }
+                let env: DynamicObject = serde_json::from_value(env).expect("env");
+                harness::moonin_api(client, "SandboxEnv", ns)
+                    .create(&pp, &env)
+                    .await
+                    .map_err(|e| format!("creating the SandboxEnv: {e}"))?;
+            }
+            System::AgentSandbox => {
+                let template: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": format!("{AS_GROUP}/{AS_VERSION}"),
+                    "kind": "SandboxTemplate",
+                    "metadata": {"name": "bench"},
+                    "spec": {"podTemplate": {
+                        "metadata": {"labels": {"app": "sandbox"}},
+                        "spec": {"containers": [container()]}
+                    }}
+                }))
+                .expect("template");
+                as_api(client, ns, "SandboxTemplate", "sandboxtemplates")
+                    .create(&pp, &template)
+                    .await
+                    .map_err(|e| format!("creating the SandboxTemplate: {e}"))?;
+                let pool: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": format!("{AS_GROUP}/{AS_VERSION}"),
+                    "kind": "SandboxWarmPool",
+                    "metadata": {"name": "bench"},
+                    "spec": {"replicas": size, "sandboxTemplateRef": {"name": "bench"}}
+                }))
+                .expect("warm pool");
+                as_api(client, ns, "SandboxWarmPool", "sandboxwarmpools")
+                    .create(&pp, &pool)
+                    .await
+                    .map_err(|e| format!("creating the SandboxWarmPool: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until the pool reports `size` idle, Ready sandboxes and the watch sees as many
+    /// Ready Pods; returns how long filling took.
+    pub async fn pool_full(
+        &self,
+        client: &Client,
+        seen: &Shared,
+        size: usize,
+    ) -> Result<(), String> {
+        let (api, name, field) = self.system.pool(client, self.name());
+        wait::until(
+            &format!("{size} idle, Ready sandboxes in the pool"),
+            Instant::now() + Duration::from_secs(120 + size as u64),
+            POLL,
+            || async {
+                let pool = api.get(name).await.ok()?;
+                let n = pool.data["status"][field].as_u64().unwrap_or(0) as usize;
+                (n >= size && seen.lock().expect("seen").live_ready() >= size).then_some(())
+            },
+        )
+        .await
+    }
+
+    /// Deletes the pool while the controller still runs, then lets the namespace go.
+    pub async fn finish(mut self, client: &Client) {
+        let ns = self.name().to_string();
+        let dp = DeleteParams::background();
+        match self.system {
+            System::Moonin => {
+                let _ = harness::moonin_api(client, "SandboxClaim", &ns)
+                    .delete_collection(&dp, &ListParams::default())
+                    .await;
+                let _ = harness::moonin_api(client, "SandboxEnv", &ns)
+                    .delete("bench", &dp)
+                    .await;
+            }
+            System::AgentSandbox => {
+                let _ = as_api(client, &ns, "SandboxClaim", "sandboxclaims")
+                    .delete_collection(&dp, &ListParams::default())
+                    .await;
+                let _ = as_api(client, &ns, "SandboxWarmPool", "sandboxwarmpools")
+                    .delete("bench", &dp)
+                    .await;
+            }
+        }
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let gone = wait::until_none_left(
+            "the pool's Pods to be gone",
+            &pods,
+            &ListParams::default(),
+            Instant::now() + Duration::from_secs(90),
+            POLL,
+        )
+        .await;
+        if let Err(e) = gone {
+            progress(&format!(
+                "cleanup of {ns}: {e}; deleting the namespace anyway"
+            ));
+        }
+        drop(self.moonin.take());
+        drop(self.ns);
+    }
+}

@@ -541,7 +541,10 @@ fn every_run_flag_env_var_default_and_value_is_documented() {
 fn links_in_the_docs_resolve() {
     let mut broken = Vec::new();
     let readme = read("README.md");
-    let mut pages = vec![(PathBuf::from("README.md"), readme.clone())];
+    let mut pages = vec![
+        (PathBuf::from("README.md"), readme.clone()),
+        (PathBuf::from("ARCHITECTURE.md"), read("ARCHITECTURE.md")),
+    ];
     for page in [
         "install.md",
         "helm.md",
@@ -561,10 +564,6 @@ fn links_in_the_docs_resolve() {
             let target: String = text[at + 2..].chars().take_while(|c| *c != ')').collect();
             let (path, anchor) = target.split_once('#').unwrap_or((&target, ""));
             if target.contains("://") {
-                continue;
-            }
-            // README links `../shared/DESIGN.md`, outside this repository.
-            if page.as_os_str() == "README.md" && path.starts_with("../") {
                 continue;
             }
             let resolved = if path.is_empty() {
@@ -600,4 +599,31 @@ fn slug(heading: &str) -> String {
             _ => None,
         })
         .collect()
+}
+
+/// ARCHITECTURE.md is the map a newcomer reads first: every folder of `src/` is on it.
+#[test]
+fn the_architecture_map_names_every_folder_of_src() {
+    fn folders(dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).expect("src/ is readable").flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                let rel = path.strip_prefix(root()).unwrap_or(&path);
+                out.push(format!("{}/", rel.display()));
+                folders(&path, out);
+            }
+        }
+    }
+    let map = read("ARCHITECTURE.md");
+    let mut all = Vec::new();
+    folders(&root().join("src"), &mut all);
+    let missing: Vec<&String> = all.iter().filter(|f| !map.contains(f.as_str())).collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md does not name these folders: {missing:?}"
+    );
+    assert!(
+        !map.contains("../shared") && !read("README.md").contains("../shared"),
+        "the repository's docs point outside it"
+    );
 }

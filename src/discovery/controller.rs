@@ -27,11 +27,13 @@ use kube::{
 use serde_json::json;
 
 use super::{
-    cluster, helm, inventory, revision, signals,
+    cluster, helm,
+    index::{Change, Projections},
+    inventory, revision, signals,
     view::{
         self, CronJobView, DeploymentView, HpaView, JobView, NodeView, PodView, ScaledObjectView,
     },
-    watch::{Change, OnChange, Projections, all_valid, projections, projections_with},
+    watch::{OnChange, all_valid, projections, projections_with},
 };
 use crate::api::keda::ScaledObject;
 use crate::api::{

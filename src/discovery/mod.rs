@@ -14,6 +14,7 @@
 pub mod cluster;
 pub mod controller;
 pub mod dirty;
+pub mod errors;
 pub mod heartbeat;
 pub mod helm;
 pub mod helm_secrets;

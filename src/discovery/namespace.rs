@@ -16,9 +16,10 @@ use serde_json::json;
 
 use super::{
     controller::{CONTROLLER, Shared, condition_reasons, condition_types},
+    errors::gone_is_done,
     helm_secrets, inventory, signals,
     status::same_status,
-    stores::{RsView, Stores},
+    stores::RsView,
     view::{CronJobView, DeploymentView, HpaView, JobView, PodView, ScaledObjectView},
 };
 use crate::api::{
@@ -84,7 +85,7 @@ pub struct NamespacePlan {
 /// Loads what `ns`'s inventory is built from (reading the Secrets of changed Helm releases
 /// when Helm discovery is on).
 pub async fn load(shared: &Shared, ns: &str, helm_enabled: bool) -> NamespaceSnapshot {
-    let s: &Stores = &shared.stores;
+    let s = &shared.stores;
     let now = Timestamp::now();
     let mut published_runs = Vec::new();
     let mut published_signals = HashMap::new();
@@ -529,11 +530,7 @@ pub async fn delete_parts(
             continue;
         }
         shared.ctx.metrics.wrote(CONTROLLER, "NamespaceInventory");
-        match api.delete(&old.name_any(), &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e),
-        }
+        gone_is_done(api.delete(&old.name_any(), &DeleteParams::default()).await)?;
         written.forget(&(ns.to_string(), index.map_or(-1, |i| i as i32)));
     }
     Ok(())

@@ -12,8 +12,9 @@ use kube::ResourceExt;
 use super::{
     controller::Shared,
     dirty::Dirty,
+    errors::namespace_being_deleted,
     namespace::{self, ReportedSignals, WrittenDigests},
-    record::{self, namespace_being_deleted},
+    record,
     status::{self, ApiProbe},
 };
 use crate::api::discovery::{ClusterDiscovery, NamespaceInventoryStatus};
@@ -277,7 +278,6 @@ async fn rebuild_namespace(
             state.progress.written(ns, parts);
             state.refusals.forget(ns);
         }
-        // The namespace store lags its deletion (see the revisions).
         Err(e) if namespace_being_deleted(&e) => {
             tracing::debug!(namespace = %ns, "namespace being deleted; no inventory");
         }

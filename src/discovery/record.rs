@@ -21,6 +21,7 @@ use serde_json::json;
 
 use super::{
     controller::{CONTROLLER, Shared, condition_reasons},
+    errors::{gone_is_done, namespace_being_deleted},
     helm_secrets, revision,
     view::DeploymentView,
 };
@@ -226,9 +227,6 @@ pub async fn record_all(
             for after in views {
                 match record(shared, &after, helm_enabled).await {
                     Ok(()) => {}
-                    // The namespace store lags its deletion: a namespace being deleted
-                    // refuses new objects, and its Deployments go with it. That stops
-                    // nothing else.
                     Err(e) if namespace_being_deleted(&e) => {
                         tracing::debug!(namespace = %after.namespace, "namespace being deleted; no revision");
                     }
@@ -245,11 +243,6 @@ pub async fn record_all(
         Some(e) => Err(e),
         None => Ok(()),
     }
-}
-
-/// The API server refused a create because the namespace is being deleted.
-pub fn namespace_being_deleted(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(e) if e.code == 403 && e.message.contains("being terminated"))
 }
 
 /// Records one observed view of a Deployment: loads its baseline, Helm release and
@@ -291,11 +284,7 @@ async fn record(
     mark_recorded(shared, &api, &new.name, now).await?;
     for old in new.prune {
         shared.ctx.metrics.wrote(CONTROLLER, "WorkloadRevision");
-        match api.delete(&old, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e),
-        }
+        gone_is_done(api.delete(&old, &DeleteParams::default()).await)?;
     }
     Ok(())
 }
@@ -360,19 +349,15 @@ async fn mark_recorded(
         .ctx
         .metrics
         .wrote(CONTROLLER, "WorkloadRevision/status");
-    match api
-        .patch_status(
+    // Pruned or deleted with its Deployment meanwhile: nothing to mark.
+    gone_is_done(
+        api.patch_status(
             name,
             &PatchParams::apply(field_manager::DISCOVERY).force(),
             &Patch::Apply(&body),
         )
-        .await
-    {
-        Ok(_) => Ok(()),
-        // Pruned or deleted with its Deployment meanwhile.
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
+        .await,
+    )
 }
 
 /// Gives each WorkloadRevision of `ns` that Moonin's discovery did not write
@@ -405,11 +390,7 @@ pub async fn report_foreign(shared: &Shared, ns: &str) -> Result<(), kube::Error
             field_manager: Some(field_manager::DISCOVERY.to_string()),
             ..PatchParams::default()
         };
-        match api.patch_status(&r.name, &pp, &Patch::Merge(&body)).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e),
-        }
+        gone_is_done(api.patch_status(&r.name, &pp, &Patch::Merge(&body)).await)?;
     }
     Ok(())
 }

@@ -15,6 +15,7 @@ use serde_json::json;
 use super::{
     cluster,
     controller::{CONTROLLER, Shared, condition_reasons, condition_types},
+    errors::gone_is_done,
     rebuild::Progress,
     view::NodeView,
 };
@@ -362,18 +363,14 @@ pub async fn report_not_in_charge(
             .ctx
             .metrics
             .wrote(CONTROLLER, "ClusterDiscovery/status");
-        match api
-            .patch_status(
+        gone_is_done(
+            api.patch_status(
                 &other.name_any(),
                 &PatchParams::apply(field_manager::DISCOVERY).force(),
                 &Patch::Apply(&body),
             )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e),
-        }
+            .await,
+        )?;
     }
     Ok(())
 }

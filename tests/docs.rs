@@ -65,7 +65,7 @@ fn assert_documented(what: &str, names: &BTreeSet<String>) {
 const TYPE_MODULES: &[(&str, &str)] = &[
     ("src/api/conditions.rs", "types"),
     ("src/sandbox/autoscaler/mod.rs", "condition_types"),
-    ("src/discovery/controller.rs", "condition_types"),
+    ("src/discovery/names.rs", "condition_types"),
 ];
 
 /// ... condition and Event reasons, and status values (phases, states, results). Scaling's
@@ -76,7 +76,7 @@ const REASON_MODULES: &[(&str, &str)] = &[
     ("src/api/sandbox.rs", "reasons"),
     ("src/sandbox/autoscaler/mod.rs", "reasons"),
     ("src/discovery/signals.rs", "reasons"),
-    ("src/discovery/controller.rs", "condition_reasons"),
+    ("src/discovery/names.rs", "condition_reasons"),
     ("src/scaling/decide/plan.rs", "state"),
     ("src/sandbox/autoscaler/mod.rs", "session_states"),
     ("src/sandbox/autoscaler/mod.rs", "attempt_results"),

@@ -194,7 +194,7 @@ fn suffix(s: &str) -> Option<(u32, i64)> {
 
 /// Canonical text of a quantity of `resource`: byte-valued resources (`memory`,
 /// `ephemeral-storage`, `hugepages-*`) in the largest of `Ti`, `Gi`, `Mi`, `Ki` that divides
-/// them exactly, else in bytes; everything else (cpu, pods) as a whole number when exact,
+/// them exactly (up to 2⁶³ − 1 bytes, the API server's cap for those), else in bytes; everything else (cpu, pods) as a whole number when exact,
 /// else in `m`, `u` or `n`. The text parses back to the same quantity.
 pub fn format(resource: &str, q: Quantity) -> String {
     let bytes_valued = resource == "memory"
@@ -202,7 +202,8 @@ pub fn format(resource: &str, q: Quantity) -> String {
         || resource.starts_with("hugepages-");
     if bytes_valued && q.0 % NANOS_PER_UNIT == 0 {
         let bytes = q.0 / NANOS_PER_UNIT;
-        if bytes != 0 {
+        // A binary suffix past the API server's cap would read back as the cap.
+        if bytes != 0 && bytes.abs() <= BINARY_MAX_UNITS {
             for (shift, suffix) in [(40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki")] {
                 let unit = 1_i128 << shift;
                 if bytes % unit == 0 {
@@ -223,61 +224,21 @@ pub fn format(resource: &str, q: Quantity) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    const GI: i128 = 1 << 30;
+    const KI: i128 = 1 << 10;
+    /// Resources whose canonical form differs (bytes, cores, counts).
+    const RESOURCES: [&str; 5] = [
+        "cpu",
+        "memory",
+        "pods",
+        "ephemeral-storage",
+        "hugepages-2Mi",
+    ];
 
     fn units(n: i128) -> Option<Quantity> {
         Some(Quantity::from_nanos(n * NANOS_PER_UNIT))
-    }
-
-    #[test]
-    fn what_kubernetes_reads_and_this_parser_too() {
-        let cases: Vec<(&str, Option<Quantity>)> = vec![
-            ("100m", Some(Quantity::from_nanos(100_000_000))),
-            ("1.5", Some(Quantity::from_nanos(1_500_000_000))),
-            ("1Ki", units(1024)),
-            ("1.5Gi", units(3 << 29)),
-            ("2e3", units(2000)),
-            ("1E", units(1_000_000_000_000_000_000)),
-            ("1e-10", Some(Quantity::from_nanos(1))),
-            ("-1e-10", Some(Quantity::from_nanos(-1))),
-            (".5", Some(Quantity::from_nanos(500_000_000))),
-            ("1.", units(1)),
-            ("-", units(0)),
-            (".", units(0)),
-            ("+0.000", units(0)),
-            ("007", units(7)),
-            // The binary cap.
-            ("8Ei", units(i128::from(i64::MAX))),
-            ("", None),
-            (" 1", None),
-            ("1 ", None),
-            ("1.2.3", None),
-            ("1KB", None),
-            ("1e", None),
-            ("e3", units(0)),
-            ("Pi", None),
-            ("+e-10", None),
-        ];
-        for (text, want) in cases {
-            assert_eq!(parse(text), want, "{text:?}");
-        }
-    }
-
-    #[test]
-    fn the_canonical_form_reads_back_the_same() {
-        for (resource, text, want) in [
-            ("memory", "1536Mi", "1536Mi"),
-            ("memory", "1.5Gi", "1536Mi"),
-            ("memory", "1000", "1000"),
-            ("cpu", "1500m", "1500m"),
-            ("cpu", "2", "2"),
-            ("cpu", "1e-9", "1n"),
-            ("pods", "110", "110"),
-        ] {
-            let q = parse(text).unwrap_or_else(|| panic!("{text}"));
-            let canonical = format(resource, q);
-            assert_eq!(canonical, want, "{text}");
-            assert_eq!(parse(&canonical), Some(q));
-        }
     }
 
     #[test]
@@ -286,5 +247,268 @@ mod tests {
         assert_eq!(q("1").times(q("300m")), Some(3));
         assert_eq!(q("-1").times(q("300m")), Some(0));
         assert_eq!(q("1").times(q("0")), None);
+    }
+
+    #[test]
+    fn parse_quantity_table() {
+        let cases: Vec<(&str, Option<Quantity>)> = vec![
+            ("100m", Some(Quantity::from_nanos(100_000_000))),
+            ("1.5", Some(Quantity::from_nanos(1_500_000_000))),
+            ("2", units(2)),
+            ("3800m", Some(Quantity::from_nanos(3_800_000_000))),
+            ("16Gi", units(16 * GI)),
+            ("16383412Ki", units(16_383_412 * KI)),
+            ("1e3", units(1000)),
+            ("1E3", units(1000)),
+            ("1e+3", units(1000)),
+            ("15e-1", Some(Quantity::from_nanos(1_500_000_000))),
+            ("500M", units(500_000_000)),
+            ("0.5Gi", units(GI / 2)),
+            ("1.5Ki", units(1536)),
+            (".5", Some(Quantity::from_nanos(500_000_000))),
+            ("5.", units(5)),
+            ("+5", units(5)),
+            ("007", units(7)),
+            ("1.000000000000000000000000000000000000000000", units(1)),
+            ("0", units(0)),
+            ("0.0", units(0)),
+            ("-0", units(0)),
+            ("0e999999999999", units(0)),
+            ("1n", Some(Quantity::from_nanos(1))),
+            ("2u", Some(Quantity::from_nanos(2_000))),
+            ("3k", units(3_000)),
+            ("1T", units(1_000_000_000_000)),
+            ("1P", units(1_000_000_000_000_000)),
+            ("1E", units(1_000_000_000_000_000_000)),
+            ("1Ei", units(1 << 60)),
+            ("7Ei", units(7 << 60)),
+            ("9Ei", units(i128::from(i64::MAX))),
+            ("1Pi", units(1 << 50)),
+            ("1Ti", units(1 << 40)),
+            ("1Mi", units(1 << 20)),
+            // Negative quantities are valid quantities.
+            ("-1", units(-1)),
+            ("-100m", Some(Quantity::from_nanos(-100_000_000))),
+            ("-1.5Gi", units(-(3 * GI / 2))),
+            // Below 1n rounds away from zero, as Kubernetes does.
+            ("1e-10", Some(Quantity::from_nanos(1))),
+            ("-1e-10", Some(Quantity::from_nanos(-1))),
+            ("1.5n", Some(Quantity::from_nanos(2))),
+            ("1e-999999999", Some(Quantity::from_nanos(1))),
+            // Huge: more than i128 nano-units hold.
+            ("1e40", None),
+            ("1e29", units(100_000_000_000_000_000_000_000_000_000)),
+            ("1e30", None),
+            ("170141183460469231731687303715884105727", None),
+            ("99999999999999999999999999999999999999999999", None),
+            // Binary values are capped at 2^63 - 1 units, as the API server caps them.
+            ("1000000000000Ei", units(i128::from(i64::MAX))),
+            ("8Ei", units(i128::from(i64::MAX))),
+            ("1e999999999999", None),
+            // Garbage.
+            ("", None),
+            (" ", None),
+            ("abc", None),
+            // Kubernetes reads a number without digits as 0 on its fast path.
+            (".", units(0)),
+            ("+", units(0)),
+            ("-", units(0)),
+            ("--1", None),
+            ("+-1", None),
+            ("1.2.3", None),
+            (" 1", None),
+            ("1 ", None),
+            ("1 Gi", None),
+            ("K", None),
+            ("1K", None),
+            ("1KB", None),
+            ("1Gii", None),
+            ("1gi", None),
+            ("1e", None),
+            ("1e+", None),
+            ("1e-", None),
+            ("1e1.5", None),
+            ("1ee3", None),
+            ("e3", units(0)),
+            ("Gi", units(0)),
+            // … and refuses it on its arbitrary-precision path.
+            ("Pi", None),
+            ("+e-10", None),
+            ("1,5", None),
+            ("١", None),
+            ("1µ", None),
+            ("0x10", None),
+            ("NaN", None),
+            ("inf", None),
+        ];
+        let got: Vec<(&str, Option<Quantity>)> =
+            cases.iter().map(|(s, _)| (*s, parse(s))).collect();
+        assert_eq!(got, cases);
+    }
+
+    #[test]
+    fn format_quantity_table() {
+        let n = Quantity::from_nanos;
+        let u = |x: i128| Quantity::from_nanos(x * NANOS_PER_UNIT);
+        let cases = [
+            ("cpu", u(4), "4"),
+            ("cpu", n(3_800_000_000), "3800m"),
+            ("cpu", n(100_000_000), "100m"),
+            ("cpu", n(1_500), "1500n"),
+            ("cpu", n(2_000), "2u"),
+            ("cpu", u(0), "0"),
+            ("cpu", n(-250_000_000), "-250m"),
+            ("memory", u(32 * GI), "32Gi"),
+            ("memory", u(GI / 2), "512Mi"),
+            ("memory", u(2 * (1 << 40)), "2Ti"),
+            ("memory", u(2048 * (1 << 40)), "2048Ti"),
+            ("memory", u(32_766_824 * KI), "32766824Ki"),
+            ("memory", u(1_000_000_000), "1000000000"),
+            ("memory", u(2047), "2047"),
+            ("memory", u(0), "0"),
+            ("memory", u(-16 * GI), "-16Gi"),
+            ("memory", n(500_000_000), "500m"),
+            ("ephemeral-storage", u(100 * GI), "100Gi"),
+            ("hugepages-2Mi", u(4 << 20), "4Mi"),
+            ("pods", u(220), "220"),
+            ("pods", n(1_500_000_000), "1500m"),
+        ];
+        let got: Vec<(&str, String)> = cases.iter().map(|(r, q, _)| (*r, format(r, *q))).collect();
+        let want: Vec<(&str, String)> = cases.iter().map(|(r, _, s)| (*r, s.to_string())).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn sums_format_canonically() {
+        let sum = |resource: &str, values: &[&str]| {
+            let total = values
+                .iter()
+                .map(|v| parse(v).unwrap())
+                .fold(Quantity::default(), |a, q| a.checked_add(q).unwrap());
+            format(resource, total)
+        };
+        let got = [
+            sum("cpu", &["100m", "1.5", "2", "3800m"]),
+            sum("cpu", &["500m", "500m"]),
+            sum("cpu", &["1e3", "1"]),
+            sum("memory", &["16Gi", "0.5Gi"]),
+            sum("memory", &["16383412Ki", "16383412Ki"]),
+            sum("memory", &["500M", "500M"]),
+            sum("memory", &["1Ki", "1023"]),
+            sum("memory", &["512Mi", "512Mi", "1023Gi"]),
+            sum("pods", &["110", "110", "58"]),
+        ];
+        assert_eq!(
+            got,
+            [
+                "7400m",
+                "1",
+                "1001",
+                "16896Mi",
+                "32766824Ki",
+                "1000000000",
+                "2047",
+                "1Ti",
+                "278"
+            ]
+        );
+    }
+
+    #[test]
+    fn checked_add_reports_overflow() {
+        let max = Quantity::from_nanos(i128::MAX);
+        assert_eq!(max.checked_add(Quantity::from_nanos(1)), None);
+        assert_eq!(
+            Quantity::from_nanos(1).checked_add(Quantity::from_nanos(2)),
+            Some(Quantity::from_nanos(3))
+        );
+    }
+
+    /// Quantity text built from the grammar: sign, digits, fraction, suffix or exponent.
+    fn quantity_text() -> impl Strategy<Value = String> {
+        let sign = prop::sample::select(vec!["", "", "+", "-"]);
+        let suffix = prop_oneof![
+            prop::sample::select(vec![
+                "", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi",
+                "Ei",
+            ])
+            .prop_map(str::to_string),
+            (prop::sample::select(vec!["e", "E"]), -45_i32..45)
+                .prop_map(|(e, x)| format!("{e}{x}")),
+        ];
+        (sign, "[0-9]{0,20}", prop::option::of("[0-9]{0,20}"), suffix).prop_map(
+            |(sign, int, frac, suffix)| match frac {
+                Some(frac) => format!("{sign}{int}.{frac}{suffix}"),
+                None => format!("{sign}{int}{suffix}"),
+            },
+        )
+    }
+
+    fn round_trips(q: Quantity) -> Result<(), TestCaseError> {
+        for resource in RESOURCES {
+            let text = format(resource, q);
+            prop_assert_eq!(parse(&text), Some(q), "{} as {}", resource, text);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        #[test]
+        fn parse_format_parse_round_trips(text in quantity_text()) {
+            if let Some(q) = parse(&text) {
+                round_trips(q)?;
+            }
+        }
+
+        #[test]
+        fn format_parse_round_trips_for_any_nanos(nanos in -i128::MAX..=i128::MAX) {
+            round_trips(Quantity::from_nanos(nanos))?;
+        }
+
+        #[test]
+        fn small_quantities_always_parse_exactly(
+            negative in any::<bool>(),
+            int in 0_u64..1_000_000_000_000,
+            frac in "[0-9]{0,9}",
+        ) {
+            // `<int>.<frac>` is `<int><frac>` scaled down by 10^len(frac).
+            let digits: i128 = format!("{int}{frac}").parse().unwrap();
+            let frac_len = u32::try_from(frac.len()).unwrap();
+            let magnitude = digits * 10_i128.pow(9 - frac_len);
+            let want = Quantity::from_nanos(if negative { -magnitude } else { magnitude });
+            let sign = if negative { "-" } else { "" };
+            prop_assert_eq!(parse(&format!("{sign}{int}.{frac}")), Some(want));
+            prop_assert_eq!(
+                parse(&format!("{sign}{int}{frac}e-{}", frac.len())),
+                Some(want)
+            );
+        }
+
+        #[test]
+        fn binary_suffixes_scale_exactly(n in 0_i64..1_000_000_000, power in 1_u32..=6) {
+            let suffix = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][usize::try_from(power - 1).unwrap()];
+            let bytes = (i128::from(n) * (1_i128 << (10 * power))).min(BINARY_MAX_UNITS);
+            let want = bytes * NANOS_PER_UNIT;
+            prop_assert_eq!(
+                parse(&format!("{n}{suffix}")),
+                Some(Quantity::from_nanos(want))
+            );
+        }
+
+        #[test]
+        fn arbitrary_strings_never_panic(text in any::<String>()) {
+            if let Some(q) = parse(&text) {
+                round_trips(q)?;
+            }
+        }
+
+        #[test]
+        fn quantity_alphabet_strings_never_panic(text in "[-+0-9.eEinumkKMGTP ]{0,40}") {
+            if let Some(q) = parse(&text) {
+                round_trips(q)?;
+            }
+        }
     }
 }

@@ -8,15 +8,14 @@
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use futures::future::BoxFuture;
-use kube::Client;
 
 use super::{
+    baselines::Baselines,
     dirty::{Mark, Pending},
     heartbeat::{self, Reachability},
     helm_secrets::HelmState,
     rebuild::{RebuildState, Refusals, Serving, Streak, rebuild},
-    record::Baselines,
-    stores::{self, Stores},
+    stores,
 };
 use crate::api::discovery::{ClusterDiscovery, NamespaceInventory, WorkloadRevision};
 use crate::runtime::{
@@ -29,57 +28,12 @@ use crate::runtime::{
 
 pub use super::heartbeat::HEARTBEAT_LEASE;
 
-/// The controller's name on the command line and in metrics.
-pub const CONTROLLER: &str = "discovery";
+pub use super::{names::CONTROLLER, shared::Shared};
 
 /// How long changes are gathered before a rebuild.
 const DEBOUNCE: Duration = Duration::from_millis(500);
 
-/// Condition types of `ClusterDiscovery`.
-pub mod condition_types {
-    /// The API server answers.
-    pub const API_REACHABLE: &str = "ApiReachable";
-    /// Every watched kind has listed and every namespace's inventory is written.
-    pub const INVENTORY_COMPLETE: &str = "InventoryComplete";
-    /// Helm release Secrets can be read (or Helm discovery is off).
-    pub const HELM_ACCESS: &str = "HelmAccess";
-    /// Some namespace's inventory was split into parts.
-    pub const TRUNCATED: &str = "Truncated";
-}
-
-/// Condition reasons of discovery's kinds (and the reason of its reconcile errors).
-pub mod condition_reasons {
-    /// `Ready`: every namespace's inventory is written (on an inventory: it is current).
-    pub const INVENTORIED: &str = "Inventoried";
-    /// `Ready`: the first pass is still writing inventories.
-    pub const INVENTORYING: &str = "Inventorying";
-    /// `InventoryComplete` true; `Truncated` false (everything fits one object).
-    pub const COMPLETE: &str = "Complete";
-    /// `InventoryComplete`: not yet.
-    pub const IN_PROGRESS: &str = "InProgress";
-    /// `Truncated`: an inventory was split into parts.
-    pub const SPLIT: &str = "Split";
-    /// `HelmAccess`: `spec.helm.enabled` is false.
-    pub const DISABLED: &str = "Disabled";
-    /// `HelmAccess`: listing Helm release Secrets is refused.
-    pub const FORBIDDEN: &str = "Forbidden";
-    /// `HelmAccess`: release Secrets are read.
-    pub const SECRETS_READABLE: &str = "SecretsReadable";
-    /// `ApiReachable`.
-    pub const REACHABLE: &str = "Reachable";
-    /// `ApiReachable`: the heartbeat or `GET /version` failed.
-    pub const UNREACHABLE: &str = "Unreachable";
-    /// `Ready` of a WorkloadRevision.
-    pub const RECORDED: &str = "Recorded";
-    /// `Ready=False` of a WorkloadRevision that Moonin's discovery did not write: it is not
-    /// part of the change log.
-    pub const NOT_RECORDED: &str = "NotRecorded";
-    /// `Ready=False`, `Stalled=True` of a ClusterDiscovery that is not the oldest: another
-    /// one is in charge of the cluster.
-    pub const NOT_IN_CHARGE: &str = "NotInCharge";
-    /// `moonin_reconcile_errors_total`: a rebuild failed on an API error.
-    pub const API_ERROR: &str = "ApiError";
-}
+pub use super::names::{condition_reasons, condition_types};
 
 /// Registers the controller.
 pub fn registered() -> Registered {
@@ -89,26 +43,6 @@ pub fn registered() -> Registered {
             Box::pin(run(ctx, readiness))
         },
     }
-}
-
-/// What the rebuilds, the heartbeat and the watches share.
-pub struct Shared {
-    /// The API client.
-    pub client: Client,
-    /// The manager's context: leadership, metrics, names.
-    pub ctx: Context,
-    /// Every store discovery reads.
-    pub stores: Stores,
-    /// What changed since the last rebuild.
-    pub pending: Arc<Pending>,
-    /// The views revision records are measured from.
-    pub baselines: Arc<Baselines>,
-    /// Decoded Helm releases, and whether reading them is refused.
-    pub helm: Arc<HelmState>,
-    /// The heartbeat's last outcome.
-    pub reachability: Reachability,
-    /// Publishes discovery's Events.
-    pub events: Publisher,
 }
 
 /// Runs the discovery controller until shutdown.
@@ -153,7 +87,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         _ = futures::future::join_all(drives.into_iter().chain(reporters)) => {}
         _ = synced(&shared, readiness) => {}
         _ = rebuild_loop(&shared) => {}
-        _ = heartbeat::run(&shared) => {}
+        _ = heartbeat::run(&shared.ctx, &shared.reachability, &shared.pending) => {}
         _ = ctx.shutdown.cancelled() => {}
     }
     Ok(())

@@ -61,7 +61,7 @@ pub struct Dirty {
     /// Whether the cluster status is rebuilt.
     pub cluster: bool,
     /// Deployments that changed, in the order seen (their revision baseline is kept in
-    /// [`Baselines`](super::record::Baselines)).
+    /// [`Baselines`](super::baselines::Baselines)).
     pub deployments: Vec<Arc<DeploymentView>>,
 }
 

@@ -11,8 +11,12 @@ use kube::{
 };
 use serde_json::json;
 
-use super::{controller::CONTROLLER, controller::Shared, dirty::Mark};
+use super::{
+    dirty::{Mark, Pending},
+    names::CONTROLLER,
+};
 use crate::api::field_manager;
+use crate::runtime::context::Context;
 
 /// How often the leader renews the heartbeat Lease.
 const HEARTBEAT: Duration = Duration::from_secs(10);
@@ -56,14 +60,14 @@ fn lease(now: Timestamp) -> serde_json::Value {
 
 /// Renews the heartbeat Lease while this process leads; the cluster status is rebuilt
 /// only when reachability flips.
-pub async fn run(shared: &Shared) {
+pub async fn run(ctx: &Context, reachability: &Reachability, pending: &Pending) {
     loop {
         tokio::time::sleep(HEARTBEAT).await;
-        if !shared.ctx.leadership.is_leader() {
+        if !ctx.leadership.is_leader() {
             continue;
         }
-        let api: Api<Lease> = Api::namespaced(shared.client.clone(), &shared.ctx.namespace);
-        shared.ctx.metrics.wrote(CONTROLLER, "Lease");
+        let api: Api<Lease> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+        ctx.metrics.wrote(CONTROLLER, "Lease");
         let outcome = api
             .patch(
                 HEARTBEAT_LEASE,
@@ -73,8 +77,8 @@ pub async fn run(shared: &Shared) {
             .await
             .map(|_| ())
             .map_err(|e| format!("renewing the heartbeat Lease failed: {e}"));
-        if shared.reachability.beat(outcome) {
-            shared.pending.mark(Mark::cluster());
+        if reachability.beat(outcome) {
+            pending.mark(Mark::cluster());
         }
     }
 }

@@ -19,18 +19,16 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client, ResourceExt,
     core::PartialObjectMeta,
-    runtime::{WatchStreamExt, reflector::Store, watcher},
+    runtime::{WatchStreamExt, watcher},
 };
 
 use super::{
-    controller::Shared,
     dirty::{Mark, Pending},
     helm,
     index::{Change, Projections},
-    stores::in_charge,
     watch::{all_valid, projections_with},
 };
-use crate::api::discovery::{ClusterDiscovery, HelmRelease, HelmRevision};
+use crate::api::discovery::{HelmRelease, HelmRevision};
 use crate::runtime::{access, errors::brief};
 
 /// How long a refused Helm Secret watch waits before it asks again.
@@ -145,11 +143,10 @@ pub fn latest(secrets: Vec<HelmSecretView>) -> BTreeMap<String, HelmSecretView> 
 /// the watcher's pace. A change marks its namespace.
 pub fn watch(
     client: Client,
-    discoveries: Store<ClusterDiscovery>,
+    enabled: impl Fn() -> bool + Clone + Send + Sync + 'static,
     helm: Arc<HelmState>,
     pending: Arc<Pending>,
 ) -> (Projections<HelmSecretView>, BoxFuture<'static, ()>) {
-    let enabled = move || in_charge(&discoveries.state()).is_some_and(|cd| cd.spec.helm.enabled);
     let on_refusal = {
         let pending = pending.clone();
         move |refused: bool| {
@@ -235,12 +232,17 @@ fn round(
 
 /// The latest release of each Helm release in `ns`, decoded (and cached by Secret
 /// resourceVersion).
-pub async fn releases(shared: &Shared, ns: &str) -> Vec<Release> {
-    let api: Api<Secret> = Api::namespaced(shared.client.clone(), ns);
+pub async fn releases(
+    client: &Client,
+    secrets: &Projections<HelmSecretView>,
+    helm: &HelmState,
+    ns: &str,
+) -> Vec<Release> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
     let mut out = Vec::new();
-    for (release, s) in latest(shared.stores.helm_secrets.in_namespace(ns)) {
+    for (release, s) in latest(secrets.in_namespace(ns)) {
         let key = (format!("{ns}/{}", s.name), s.resource_version.clone());
-        if let Some(c) = shared.helm.cached(&key) {
+        if let Some(c) = helm.cached(&key) {
             out.push(c);
             continue;
         }
@@ -257,9 +259,7 @@ pub async fn releases(shared: &Shared, ns: &str) -> Vec<Release> {
                 helm::sanitise_release(&payload).map_err(|e| e.reason().to_string())
             }
             Err(kube::Error::Api(e)) if e.code == 403 => {
-                shared
-                    .helm
-                    .read_refused(format!("reading Secret {ns}/{} is forbidden", s.name));
+                helm.read_refused(format!("reading Secret {ns}/{} is forbidden", s.name));
                 continue;
             }
             Err(e) => {
@@ -276,7 +276,7 @@ pub async fn releases(shared: &Shared, ns: &str) -> Vec<Release> {
                     version: r.chart.version.clone().unwrap_or_default(),
                 };
                 let entry = (release, HelmRelease::from(r), rev);
-                shared.helm.decoded(key, entry.clone());
+                helm.decoded(key, entry.clone());
                 out.push(entry);
             }
             Err(reason) => {

@@ -11,6 +11,7 @@
 //! metadata-only and decoded one at a time ([`helm_secrets`]) by the sanitiser ([`helm`]),
 //! and never kept.
 
+pub mod baselines;
 pub mod cluster;
 pub mod controller;
 pub mod dirty;
@@ -20,10 +21,13 @@ pub mod helm;
 pub mod helm_secrets;
 pub mod index;
 pub mod inventory;
+pub mod names;
 pub mod namespace;
+pub mod progress;
 pub mod rebuild;
 pub mod record;
 pub mod revision;
+pub mod shared;
 pub mod signals;
 pub mod status;
 pub mod stores;

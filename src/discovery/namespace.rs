@@ -15,10 +15,12 @@ use kube::{
 use serde_json::json;
 
 use super::{
-    controller::{CONTROLLER, Shared, condition_reasons, condition_types},
     errors::gone_is_done,
-    helm_secrets, inventory, signals,
-    status::same_status,
+    helm_secrets, inventory,
+    names::CONTROLLER,
+    names::{condition_reasons, condition_types},
+    shared::Shared,
+    signals,
     stores::RsView,
     view::{CronJobView, DeploymentView, HpaView, JobView, PodView, ScaledObjectView},
 };
@@ -103,11 +105,16 @@ pub async fn load(shared: &Shared, ns: &str, helm_enabled: bool) -> NamespaceSna
         }
     }
     let releases = if helm_enabled {
-        helm_secrets::releases(shared, ns)
-            .await
-            .into_iter()
-            .map(|(_, r, _)| r)
-            .collect()
+        helm_secrets::releases(
+            &shared.client,
+            &shared.stores.helm_secrets,
+            &shared.helm,
+            ns,
+        )
+        .await
+        .into_iter()
+        .map(|(_, r, _)| r)
+        .collect()
     } else {
         Vec::new()
     };
@@ -409,8 +416,8 @@ pub fn plan_parts(
             now,
         );
         let key = (ns.to_string(), i as i32);
-        let same =
-            same_status(&current, &part, |st| &mut st.conditions) || written.unchanged(&key, &part);
+        let same = conditions::same_status(&current, &part, |st| &mut st.conditions)
+            || written.unchanged(&key, &part);
         writes.push(PartWrite {
             name,
             key,

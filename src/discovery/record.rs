@@ -7,22 +7,25 @@
 //! `AlreadyExists`, not a duplicate.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
-    sync::{Arc, Mutex},
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
 };
 
 use futures::StreamExt;
 use jiff::Timestamp;
 use kube::{
-    Api, ResourceExt,
+    Api,
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 
 use super::{
-    controller::{CONTROLLER, Shared, condition_reasons},
     errors::{gone_is_done, namespace_being_deleted},
-    helm_secrets, revision,
+    helm_secrets,
+    names::CONTROLLER,
+    names::condition_reasons,
+    revision::{self, RevView},
+    shared::Shared,
     view::DeploymentView,
 };
 use crate::api::{
@@ -34,91 +37,6 @@ use crate::runtime::decode::Decoded;
 
 /// Deployments whose revisions are recorded at once (each one's changes in order).
 const REVISION_WRITERS: usize = 16;
-
-/// A WorkloadRevision, reduced to what pruning and restarts need.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RevView {
-    /// Its name.
-    pub name: String,
-    /// The Deployment it records.
-    pub workload: String,
-    /// The ReplicaSet revision it records.
-    pub revision: i64,
-    /// When the change was observed.
-    pub observed_at: Timestamp,
-    /// Its `Ready` condition's reason, if any (a process that died between the create and
-    /// the status patch leaves a record without it).
-    pub reason: Option<String>,
-    /// Who created it, when not Moonin's discovery: such a record is not part of the
-    /// change log (it is reported, and never counted, marked or pruned).
-    pub foreign: Option<String>,
-}
-
-impl RevView {
-    /// Recorded by this controller and marked so.
-    fn ready(&self) -> bool {
-        self.reason.as_deref() == Some(condition_reasons::RECORDED)
-    }
-
-    /// Not written by Moonin's discovery, and not yet marked `NotRecorded`.
-    pub fn foreign_unreported(&self) -> bool {
-        self.foreign.is_some() && self.reason.as_deref() != Some(condition_reasons::NOT_RECORDED)
-    }
-}
-
-/// Projects a WorkloadRevision.
-pub fn rev_view(r: &WorkloadRevision) -> RevView {
-    let managers: Vec<&str> = r
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter_map(|m| m.manager.as_deref())
-        .collect();
-    RevView {
-        name: r.name_any(),
-        workload: r.spec.workload.name.clone(),
-        revision: r.spec.revision,
-        observed_at: r.spec.observed_at.0,
-        reason: r.status.as_ref().and_then(|s| {
-            s.conditions
-                .iter()
-                .find(|c| c.type_ == types::READY)
-                .map(|c| c.reason.clone())
-        }),
-        foreign: (!managers.contains(&field_manager::DISCOVERY))
-            .then(|| managers.first().unwrap_or(&"unknown").to_string()),
-    }
-}
-
-/// Per Deployment (`(namespace, name)`), the view its last revision record was derived
-/// from: a change is measured from there, not from the previous event (an edit is recorded
-/// once its ReplicaSet revision shows). Shared by the recorders and the Deployment watch,
-/// which forgets a deleted Deployment.
-#[derive(Default)]
-pub struct Baselines(Mutex<HashMap<(String, String), Arc<DeploymentView>>>);
-
-impl Baselines {
-    /// The baseline of a Deployment, if it has one.
-    pub fn get(&self, key: &(String, String)) -> Option<Arc<DeploymentView>> {
-        self.locked().get(key).cloned()
-    }
-
-    /// Measures the Deployment's next change from `view`.
-    pub fn set(&self, view: &Arc<DeploymentView>) {
-        self.locked()
-            .insert((view.namespace.clone(), view.name.clone()), view.clone());
-    }
-
-    /// Forgets a deleted Deployment: one created again under its name is first seen.
-    pub fn forget(&self, key: &(String, String)) {
-        self.locked().remove(key);
-    }
-
-    fn locked(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<DeploymentView>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
 
 /// What recording one observed view of a Deployment comes to.
 #[derive(Debug, Clone, PartialEq)]
@@ -257,11 +175,16 @@ async fn record(
         .get(&(after.namespace.clone(), after.name.clone()));
     let now = Timestamp::now();
     let helm = match (&after.helm_release, helm_enabled) {
-        (Some(release), true) => helm_secrets::releases(shared, &after.namespace)
-            .await
-            .into_iter()
-            .find(|(r, _, _)| r == release)
-            .map(|(_, _, rev)| rev),
+        (Some(release), true) => helm_secrets::releases(
+            &shared.client,
+            &shared.stores.helm_secrets,
+            &shared.helm,
+            &after.namespace,
+        )
+        .await
+        .into_iter()
+        .find(|(r, _, _)| r == release)
+        .map(|(_, _, rev)| rev),
         _ => None,
     };
     let revisions = shared.stores.revisions.in_namespace(&after.namespace);
@@ -544,16 +467,5 @@ mod tests {
             })
             .collect();
         assert_eq!(seen, [vec!["shop/api@1"], vec!["shop/web@1", "shop/web@2"]]);
-    }
-
-    #[test]
-    fn a_deleted_deployment_loses_its_baseline() {
-        let baselines = Baselines::default();
-        let v = Arc::new(web(1, "app:1"));
-        baselines.set(&v);
-        let key = ("shop".to_string(), "web".to_string());
-        assert_eq!(baselines.get(&key), Some(v));
-        baselines.forget(&key);
-        assert_eq!(baselines.get(&key), None);
     }
 }

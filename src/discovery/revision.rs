@@ -14,10 +14,13 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use sha2::{Digest, Sha256};
 
+use kube::ResourceExt;
+
 use crate::api::discovery::{
-    HelmRevision, ImageChange, ReplicasChange, WorkloadRef, WorkloadRevisionSpec,
+    HelmRevision, ImageChange, ReplicasChange, WorkloadRef, WorkloadRevision, WorkloadRevisionSpec,
 };
-use crate::discovery::view::DeploymentView;
+use crate::api::{conditions::types, field_manager};
+use crate::discovery::{names::condition_reasons, view::DeploymentView};
 
 /// Revision records kept per workload; [`prune`] names the older ones for deletion.
 pub const KEPT: usize = 10;
@@ -376,6 +379,62 @@ fn is_dns_subdomain(s: &str) -> bool {
                 _ => false,
             }
         })
+}
+
+/// A WorkloadRevision, reduced to what pruning and restarts need.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RevView {
+    /// Its name.
+    pub name: String,
+    /// The Deployment it records.
+    pub workload: String,
+    /// The ReplicaSet revision it records.
+    pub revision: i64,
+    /// When the change was observed.
+    pub observed_at: Timestamp,
+    /// Its `Ready` condition's reason, if any (a process that died between the create and
+    /// the status patch leaves a record without it).
+    pub reason: Option<String>,
+    /// Who created it, when not Moonin's discovery: such a record is not part of the
+    /// change log (it is reported, and never counted, marked or pruned).
+    pub foreign: Option<String>,
+}
+
+impl RevView {
+    /// Recorded by this controller and marked so.
+    pub fn ready(&self) -> bool {
+        self.reason.as_deref() == Some(condition_reasons::RECORDED)
+    }
+
+    /// Not written by Moonin's discovery, and not yet marked `NotRecorded`.
+    pub fn foreign_unreported(&self) -> bool {
+        self.foreign.is_some() && self.reason.as_deref() != Some(condition_reasons::NOT_RECORDED)
+    }
+}
+
+/// Projects a WorkloadRevision.
+pub fn rev_view(r: &WorkloadRevision) -> RevView {
+    let managers: Vec<&str> = r
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.as_deref())
+        .collect();
+    RevView {
+        name: r.name_any(),
+        workload: r.spec.workload.name.clone(),
+        revision: r.spec.revision,
+        observed_at: r.spec.observed_at.0,
+        reason: r.status.as_ref().and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == types::READY)
+                .map(|c| c.reason.clone())
+        }),
+        foreign: (!managers.contains(&field_manager::DISCOVERY))
+            .then(|| managers.first().unwrap_or(&"unknown").to_string()),
+    }
 }
 
 #[cfg(test)]

@@ -14,9 +14,11 @@ use serde_json::json;
 
 use super::{
     cluster,
-    controller::{CONTROLLER, Shared, condition_reasons, condition_types},
     errors::gone_is_done,
-    rebuild::Progress,
+    names::CONTROLLER,
+    names::{condition_reasons, condition_types},
+    progress::Progress,
+    shared::Shared,
     view::NodeView,
 };
 use crate::api::{
@@ -24,18 +26,6 @@ use crate::api::{
     discovery::{ClusterDiscovery, ClusterDiscoveryStatus, Sourced, Totals},
     field_manager,
 };
-
-/// Whether two statuses say the same thing, whatever their conditions' timestamps.
-pub fn same_status<S: Clone + PartialEq>(
-    a: &S,
-    b: &S,
-    conditions_of: fn(&mut S) -> &mut Vec<Condition>,
-) -> bool {
-    let (mut a, mut b) = (a.clone(), b.clone());
-    let ca = std::mem::take(conditions_of(&mut a));
-    let cb = std::mem::take(conditions_of(&mut b));
-    a == b && conditions::equal_ignoring_time(&ca, &cb)
-}
 
 /// The API server's version, asked once, and whether it answered then: `ApiReachable`
 /// until the heartbeat's first beat.
@@ -279,7 +269,7 @@ pub async fn write(
     current: &ClusterDiscoveryStatus,
     next: &ClusterDiscoveryStatus,
 ) -> Result<(), kube::Error> {
-    let same = same_status(current, next, |st| &mut st.conditions);
+    let same = conditions::same_status(current, next, |st| &mut st.conditions);
     if same || !shared.ctx.leadership.is_leader() {
         return Ok(());
     }
@@ -503,12 +493,14 @@ mod tests {
             now: "2026-03-02T00:00:00Z".parse().unwrap(),
             ..snapshot()
         };
-        assert!(same_status(&first, &decide(&later), |s| &mut s.conditions));
+        assert!(conditions::same_status(&first, &decide(&later), |s| &mut s.conditions));
         let changed = ClusterSnapshot {
             written: 2,
             ..later
         };
-        assert!(!same_status(&first, &decide(&changed), |s| &mut s.conditions));
+        assert!(!conditions::same_status(&first, &decide(&changed), |s| {
+            &mut s.conditions
+        }));
     }
 
     fn discovery(name: &str, status: Option<ClusterDiscoveryStatus>) -> ClusterDiscovery {

@@ -16,10 +16,11 @@ use kube::{
 };
 
 use super::{
+    baselines::Baselines,
     dirty::{Mark, Pending},
     helm_secrets::{self, HelmSecretView, HelmState},
     index::{Change, Projections},
-    record::{Baselines, RevView, rev_view},
+    revision::{RevView, rev_view},
     view::{
         self, CronJobView, DeploymentView, HpaView, JobView, NodeView, PodView, ScaledObjectView,
     },
@@ -155,9 +156,13 @@ pub async fn watch(
         |d: &mut ClusterDiscovery| cache::strip_last_applied(&mut d.metadata),
         vec![trigger(pending, |_| Mark::cluster())],
     ));
+    let helm_enabled = {
+        let discoveries = discoveries.clone();
+        move || in_charge(&discoveries.state()).is_some_and(|cd| cd.spec.helm.enabled)
+    };
     let helm_secrets = w.keep(helm_secrets::watch(
         client.clone(),
-        discoveries.clone(),
+        helm_enabled,
         helm.clone(),
         pending.clone(),
     ));
@@ -391,7 +396,7 @@ mod tests {
         let foreign = rev(Some("kubectl"), None);
         let reported = rev(
             Some("kubectl"),
-            Some(crate::discovery::controller::condition_reasons::NOT_RECORDED),
+            Some(crate::discovery::names::condition_reasons::NOT_RECORDED),
         );
         assert_eq!(revision_changed(changed(&k, Some(&ours))), Mark::none());
         assert_eq!(

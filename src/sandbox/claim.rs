@@ -16,7 +16,7 @@ use crate::api::sandbox::{SandboxClaimStatus, reasons};
 pub const QUEUED_AFTER: SignedDuration = SignedDuration::from_secs(2);
 
 /// How often a claim is looked at when nothing else wakes it.
-const RESYNC: Duration = Duration::from_secs(300);
+const RESYNC: Duration = super::autoscaler::RESYNC.unsigned_abs();
 
 /// One claim, as Load found it.
 #[derive(Debug, Clone, PartialEq)]

@@ -22,6 +22,7 @@ use super::claim::{self, ClaimPlan};
 use super::controller::{CONTROLLER, Shared};
 use super::env::{EnvStatusPlan, PoolApply};
 use super::load::Now;
+use super::memory::ClaimRef;
 use super::pool::{self, Counts, PodOp, keys};
 use crate::api::conditions::types;
 use crate::api::field_manager;
@@ -173,6 +174,7 @@ pub async fn pod_ops(
         create_retry: waiting.as_ref().map(|w| w.remaining),
         ..PodWrites::default()
     };
+    let writer = PodWriter::new(ctx, pool, key, now);
     let mut created = false;
     for op in ops {
         if !ctx.writer.is_leader() {
@@ -181,7 +183,7 @@ pub async fn pod_ops(
         }
         let done = match op {
             PodOp::Create(_) if writes.create_error.is_some() => true,
-            PodOp::Create(name) => match create(ctx, pool, key, name, now).await {
+            PodOp::Create(name) => match writer.create(name).await {
                 Ok(made) => {
                     created |= made;
                     true
@@ -204,20 +206,18 @@ pub async fn pod_ops(
                 claim_uid,
             } => {
                 let held = (claim.clone(), claim_uid.clone());
-                bind(ctx, key, pod, resource_version, Some(ip.clone()), held, now).await
+                writer.bind(pod, resource_version, ip, held).await
             }
-            PodOp::FinishBind { pod, ip, claim } => {
-                bind_claim(ctx, key, claim, pod, ip.clone(), now).await
-            }
+            PodOp::FinishBind { pod, ip, claim } => writer.bind_claim(claim, pod, ip.clone()).await,
             PodOp::Unclaim {
                 pod,
                 resource_version,
-            } => unclaim(ctx, key, pod, resource_version, now.wall).await,
+            } => writer.unclaim(pod, resource_version).await,
             PodOp::Delete {
                 pod,
                 uid,
                 resource_version,
-            } => delete(ctx, key, pod, uid, resource_version).await,
+            } => writer.delete(pod, uid, resource_version).await,
         };
         writes.retry |= !done;
     }
@@ -227,36 +227,168 @@ pub async fn pod_ops(
     writes
 }
 
-/// Creates the Pod `name` from the Pool's template, counting it in flight until the cache
-/// shows it. Whether it was created (a name taken already is no error); the API server's
-/// message when it refused.
-async fn create(
-    ctx: &Shared,
-    pool: &SandboxPool,
-    key: &str,
-    name: &str,
+/// The Pod writes of one Pool reconcile. Each is one guarded write; a method answers
+/// whether it went through (false: retry soon).
+struct PodWriter<'a> {
+    ctx: &'a Shared,
+    pool: &'a SandboxPool,
+    /// The Pool's `ns/name`.
+    key: &'a str,
+    ns: String,
+    pods: Api<Pod>,
     now: Now,
-) -> Result<bool, String> {
-    ctx.memory.in_flight.creating(key, name, now.mono);
-    let params = PostParams {
-        field_manager: Some(field_manager::SANDBOX.to_string()),
-        ..PostParams::default()
-    };
-    let ns = pool.namespace().unwrap_or_default();
-    ctx.writer.wrote("Pod");
-    match ctx
-        .writer
-        .api::<Pod>(&ns)
-        .create(&params, &new_pod(pool, name, now.wall))
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-        Err(e) => {
-            ctx.memory.in_flight.create_refused(key, name);
-            // The generated name differs at every attempt: it stays out of the message, so
-            // the status does not change from one refusal to the next.
-            Err(pool::without_name(&brief(&e), name))
+}
+
+impl<'a> PodWriter<'a> {
+    fn new(ctx: &'a Shared, pool: &'a SandboxPool, key: &'a str, now: Now) -> Self {
+        let ns = pool.namespace().unwrap_or_default();
+        let pods = ctx.writer.api(&ns);
+        Self {
+            ctx,
+            pool,
+            key,
+            ns,
+            pods,
+            now,
+        }
+    }
+
+    /// Creates the Pod `name` from the Pool's template, counting it in flight until the
+    /// cache shows it. Whether it was created (a name taken already is no error); the API
+    /// server's message when it refused.
+    async fn create(&self, name: &str) -> Result<bool, String> {
+        let in_flight = &self.ctx.memory.in_flight;
+        in_flight.creating(self.key, name, self.now.mono);
+        let params = PostParams {
+            field_manager: Some(field_manager::SANDBOX.to_string()),
+            ..PostParams::default()
+        };
+        self.ctx.writer.wrote("Pod");
+        let pod = new_pod(self.pool, name, self.now.wall);
+        match self.pods.create(&params, &pod).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => {
+                in_flight.create_refused(self.key, name);
+                // The generated name differs at every attempt: it stays out of the message,
+                // so the status does not change from one refusal to the next.
+                Err(pool::without_name(&brief(&e), name))
+            }
+        }
+    }
+
+    /// A bind, in two guarded writes: the Pod moves from idle to claimed (its
+    /// resourceVersion tested, so two claims never get one Pod), then the claim's status
+    /// names the Pod.
+    async fn bind(&self, pod: &str, resource_version: &str, ip: &str, held: ClaimRef) -> bool {
+        let (claim, claim_uid) = &held;
+        let patch = json_patch(json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+            {"op": "add", "path": "/metadata/labels/moonin.io~1state", "value": keys::CLAIMED},
+            {"op": "add", "path": "/metadata/annotations/moonin.io~1claim", "value": format!("{claim}/{claim_uid}")},
+            {"op": "add", "path": "/metadata/annotations/moonin.io~1state-since", "value": self.now.wall.to_string()},
+        ]));
+        self.ctx.writer.wrote("Pod");
+        match self
+            .pods
+            .patch(pod, &params(field_manager::SANDBOX), &patch)
+            .await
+        {
+            Ok(_) => {
+                let claim = claim.clone();
+                let in_flight = &self.ctx.memory.in_flight;
+                in_flight.pod_bound(self.key, pod, held, self.now.mono);
+                self.bind_claim(&claim, pod, Some(ip.to_string())).await
+            }
+            Err(e) if is_conflict(&e) => false,
+            Err(e) => {
+                tracing::warn!(pool = %self.key, %pod, error = %brief(&e), "binding refused");
+                false
+            }
+        }
+    }
+
+    /// Writes a claim's status as bound to `pod`, guarded by the claim's resourceVersion so
+    /// a claim is never moved from one Pod to another, and remembers the write until the
+    /// claim cache shows it.
+    async fn bind_claim(&self, claim: &str, pod: &str, ip: Option<String>) -> bool {
+        let (ctx, ns, now) = (self.ctx, self.ns.as_str(), self.now);
+        // The freshest cached claim: its resourceVersion guards the write, and the claim
+        // reconciler may have written its status since Load.
+        let Some(c) = ctx
+            .stores
+            .claims
+            .state()
+            .into_iter()
+            .find(|c| c.name_any() == claim && c.namespace().as_deref() == Some(ns))
+        else {
+            // Deleted meanwhile: the pool releases the Pod.
+            return true;
+        };
+        let uid = c.uid().unwrap_or_default();
+        let seen = ctx.memory.first_seen.take(&uid);
+        let start = pool::wait_start(seen, c.creation_timestamp().map(|t| t.0), now.wall);
+        let wait = now.wall.duration_since(start).as_millis().max(0) as i64;
+        let current = c.status.clone().unwrap_or_default();
+        let status = claim::bound_status(&current, c.metadata.generation, pod, ip, wait, now.wall);
+        let body = json!({
+            "metadata": {"resourceVersion": c.resource_version()},
+            "status": status,
+        });
+        ctx.writer.wrote("SandboxClaim/status");
+        let api = ctx.writer.api::<SandboxClaim>(ns);
+        if let Err(e) = api
+            .patch_status(claim, &params(field_manager::SANDBOX), &Patch::Merge(&body))
+            .await
+        {
+            if !is_conflict(&e) {
+                tracing::warn!(%claim, error = %brief(&e), "claim status write failed; the next reconcile finishes it");
+            }
+            return false;
+        }
+        ctx.memory
+            .in_flight
+            .claim_bound(self.key, &uid, pod, now.mono);
+        let note = format!("bound to sandbox Pod {pod} after {wait} ms");
+        ctx.writer
+            .event(&c.object_ref(&()), false, "Bound", &note)
+            .await;
+        true
+    }
+
+    /// Returns a claimed Pod to idle (guarded by its resourceVersion).
+    async fn unclaim(&self, pod: &str, resource_version: &str) -> bool {
+        let patch = json_patch(json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+            {"op": "add", "path": "/metadata/labels/moonin.io~1state", "value": keys::IDLE},
+            {"op": "remove", "path": "/metadata/annotations/moonin.io~1claim"},
+            {"op": "add", "path": "/metadata/annotations/moonin.io~1state-since", "value": self.now.wall.to_string()},
+        ]));
+        self.ctx.writer.wrote("Pod");
+        let result = self
+            .pods
+            .patch(pod, &params(field_manager::SANDBOX), &patch)
+            .await;
+        if let Err(e) = &result {
+            tracing::debug!(pool = %self.key, %pod, error = %brief(e), "unclaim refused; retrying");
+        }
+        result.is_ok()
+    }
+
+    /// Deletes a Pod with UID and resourceVersion preconditions.
+    async fn delete(&self, pod: &str, uid: &str, resource_version: &str) -> bool {
+        self.ctx.writer.wrote("Pod");
+        match self
+            .pods
+            .delete(pod, &guarded_delete(uid, resource_version))
+            .await
+        {
+            Ok(_) => true,
+            Err(kube::Error::Api(s)) if s.code == 404 => true,
+            Err(e) => {
+                tracing::debug!(pool = %self.key, %pod, error = %brief(&e), "delete refused; retrying");
+                false
+            }
         }
     }
 }
@@ -280,144 +412,6 @@ fn new_pod(pool: &SandboxPool, name: &str, now: Timestamp) -> Pod {
         metadata,
         spec: template.spec.clone(),
         status: None,
-    }
-}
-
-/// A bind, in two guarded writes: the Pod moves from idle to claimed (its resourceVersion
-/// tested, so two claims never get one Pod), then the claim's status names the Pod.
-/// False when it must be retried.
-async fn bind(
-    ctx: &Shared,
-    key: &str,
-    pod: &str,
-    resource_version: &str,
-    ip: Option<String>,
-    (claim, claim_uid): (String, String),
-    now: Now,
-) -> bool {
-    let ns = key.split('/').next().unwrap_or_default();
-    let patch = json_patch(json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
-        {"op": "add", "path": "/metadata/labels/moonin.io~1state", "value": keys::CLAIMED},
-        {"op": "add", "path": "/metadata/annotations/moonin.io~1claim", "value": format!("{claim}/{claim_uid}")},
-        {"op": "add", "path": "/metadata/annotations/moonin.io~1state-since", "value": now.wall.to_string()},
-    ]));
-    ctx.writer.wrote("Pod");
-    match ctx
-        .writer
-        .api::<Pod>(ns)
-        .patch(pod, &params(field_manager::SANDBOX), &patch)
-        .await
-    {
-        Ok(_) => {
-            let held = (claim.clone(), claim_uid);
-            ctx.memory.in_flight.pod_bound(key, pod, held, now.mono);
-            bind_claim(ctx, key, &claim, pod, ip, now).await
-        }
-        Err(e) if is_conflict(&e) => false,
-        Err(e) => {
-            tracing::warn!(pool = %key, %pod, error = %brief(&e), "binding refused");
-            false
-        }
-    }
-}
-
-/// Writes a claim's status as bound to `pod`, guarded by the claim's resourceVersion so a
-/// claim is never moved from one Pod to another, and remembers the write until the claim
-/// cache shows it. `key` is the pool's `ns/name`. False when the write must be retried.
-async fn bind_claim(
-    ctx: &Shared,
-    key: &str,
-    claim: &str,
-    pod: &str,
-    ip: Option<String>,
-    now: Now,
-) -> bool {
-    let ns = key.split('/').next().unwrap_or_default();
-    // The freshest cached claim: its resourceVersion guards the write, and the claim
-    // reconciler may have written its status since Load.
-    let Some(c) = ctx
-        .stores
-        .claims
-        .state()
-        .into_iter()
-        .find(|c| c.name_any() == claim && c.namespace().as_deref() == Some(ns))
-    else {
-        // Deleted meanwhile: the pool releases the Pod.
-        return true;
-    };
-    let uid = c.uid().unwrap_or_default();
-    let seen = ctx.memory.first_seen.take(&uid);
-    let start = pool::wait_start(seen, c.creation_timestamp().map(|t| t.0), now.wall);
-    let wait = now.wall.duration_since(start).as_millis().max(0) as i64;
-    let current = c.status.clone().unwrap_or_default();
-    let status = claim::bound_status(&current, c.metadata.generation, pod, ip, wait, now.wall);
-    let body = json!({
-        "metadata": {"resourceVersion": c.resource_version()},
-        "status": status,
-    });
-    ctx.writer.wrote("SandboxClaim/status");
-    let api = ctx.writer.api::<SandboxClaim>(ns);
-    if let Err(e) = api
-        .patch_status(claim, &params(field_manager::SANDBOX), &Patch::Merge(&body))
-        .await
-    {
-        if !is_conflict(&e) {
-            tracing::warn!(%claim, error = %brief(&e), "claim status write failed; the next reconcile finishes it");
-        }
-        return false;
-    }
-    ctx.memory.in_flight.claim_bound(key, &uid, pod, now.mono);
-    let note = format!("bound to sandbox Pod {pod} after {wait} ms");
-    ctx.writer
-        .event(&c.object_ref(&()), false, "Bound", &note)
-        .await;
-    true
-}
-
-/// Returns a claimed Pod to idle (guarded by its resourceVersion). False when refused.
-async fn unclaim(
-    ctx: &Shared,
-    key: &str,
-    pod: &str,
-    resource_version: &str,
-    now: Timestamp,
-) -> bool {
-    let ns = key.split('/').next().unwrap_or_default();
-    let patch = json_patch(json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
-        {"op": "add", "path": "/metadata/labels/moonin.io~1state", "value": keys::IDLE},
-        {"op": "remove", "path": "/metadata/annotations/moonin.io~1claim"},
-        {"op": "add", "path": "/metadata/annotations/moonin.io~1state-since", "value": now.to_string()},
-    ]));
-    ctx.writer.wrote("Pod");
-    let result = ctx
-        .writer
-        .api::<Pod>(ns)
-        .patch(pod, &params(field_manager::SANDBOX), &patch)
-        .await;
-    if let Err(e) = &result {
-        tracing::debug!(pool = %key, %pod, error = %brief(e), "unclaim refused; retrying");
-    }
-    result.is_ok()
-}
-
-/// Deletes a Pod with UID and resourceVersion preconditions. False when refused.
-async fn delete(ctx: &Shared, key: &str, pod: &str, uid: &str, resource_version: &str) -> bool {
-    let ns = key.split('/').next().unwrap_or_default();
-    ctx.writer.wrote("Pod");
-    match ctx
-        .writer
-        .api::<Pod>(ns)
-        .delete(pod, &guarded_delete(uid, resource_version))
-        .await
-    {
-        Ok(_) => true,
-        Err(kube::Error::Api(s)) if s.code == 404 => true,
-        Err(e) => {
-            tracing::debug!(pool = %key, %pod, error = %brief(&e), "delete refused; retrying");
-            false
-        }
     }
 }
 

@@ -15,7 +15,12 @@ use futures::{
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use kube::{
     Resource, ResourceExt,
-    runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
+    runtime::{
+        Controller,
+        controller::Action,
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 
 use super::commit::{RETRY, SandboxError, Writer};
@@ -209,60 +214,81 @@ fn requests() -> (Senders, Receivers) {
     )
 }
 
-/// The caches, each kind watched once: its cache feeds its own controller and the triggers
-/// of the others. A Pool change reconciles the Pool and its Env (the Env reports its Pools'
-/// readiness); a Pod change, its Pool; a claim change, the claim and every Pool it may bind
-/// from; an Env change (its autoscaling groups), the Env and the Pools it owns. Quotas are
-/// read at each decision (a Pool whose scale-up they limited is decided again when its
-/// saturation ends). The futures that drive the watches.
+/// A Pool change reconciles its Env: the Env reports its Pools' readiness.
+fn pool_to_env(tx: UnboundedSender<ObjectRef<SandboxEnv>>) -> cache::Trigger<SandboxPool> {
+    Box::new(move |p: &SandboxPool| {
+        if let (Some(owner), Some(ns)) = (
+            p.owner_references()
+                .iter()
+                .find(|o| o.kind == "SandboxEnv" && o.controller == Some(true)),
+            p.namespace(),
+        ) {
+            let _ = tx.unbounded_send(ObjectRef::new(&owner.name).within(&ns));
+        }
+    })
+}
+
+/// A Pod change reconciles its Pool.
+fn pod_to_pool(tx: UnboundedSender<ObjectRef<SandboxPool>>) -> cache::Trigger<Pod> {
+    Box::new(move |p: &Pod| {
+        if let (Some(pool), Some(ns)) = (p.labels().get(keys::POOL), p.namespace()) {
+            let _ = tx.unbounded_send(ObjectRef::new(pool).within(&ns));
+        }
+    })
+}
+
+/// A claim change reconciles every Pool it may bind from.
+fn claim_to_pools(
+    tx: UnboundedSender<ObjectRef<SandboxPool>>,
+    pools: Store<SandboxPool>,
+) -> cache::Trigger<SandboxClaim> {
+    Box::new(move |c: &SandboxClaim| {
+        for p in pools.state().iter().filter(|p| claim_targets(c, p)) {
+            let _ = tx.unbounded_send(ObjectRef::from_obj(p.as_ref()));
+        }
+    })
+}
+
+/// An Env change (its autoscaling groups) reconciles the Pools it owns.
+fn env_to_pools(
+    tx: UnboundedSender<ObjectRef<SandboxPool>>,
+    pools: Store<SandboxPool>,
+) -> cache::Trigger<SandboxEnv> {
+    Box::new(move |e: &SandboxEnv| {
+        let uid = e.uid().unwrap_or_default();
+        for p in pools
+            .state()
+            .iter()
+            .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
+        {
+            let _ = tx.unbounded_send(ObjectRef::from_obj(p.as_ref()));
+        }
+    })
+}
+
+/// The caches, each kind watched once: its cache feeds its own controller (except for the
+/// echoes of its status writes) and the triggers of the others. Quotas are read at each
+/// decision (a Pool whose scale-up they limited is decided again when its saturation
+/// ends). The futures that drive the watches.
 fn caches(
     client: &kube::Client,
     tx: &Senders,
     echoes: &Echoes,
 ) -> (Stores, Vec<BoxFuture<'static, ()>>) {
-    let pool_to_env: cache::Trigger<SandboxPool> = {
-        let tx = tx.envs.clone();
-        Box::new(move |p: &SandboxPool| {
-            if let (Some(owner), Some(ns)) = (
-                p.owner_references()
-                    .iter()
-                    .find(|o| o.kind == "SandboxEnv" && o.controller == Some(true)),
-                p.namespace(),
-            ) {
-                let _ = tx.unbounded_send(ObjectRef::new(&owner.name).within(&ns));
-            }
-        })
-    };
     let (pools, pool_drive) = cache::cache::<SandboxPool>(
         client.clone(),
         watcher::Config::default(),
         |p| cache::strip_last_applied(&mut p.metadata),
         vec![
             cache::reconcile_itself(tx.pools.clone(), echoes.clone()),
-            pool_to_env,
+            pool_to_env(tx.envs.clone()),
         ],
     );
-    let pod_to_pool: cache::Trigger<Pod> = {
-        let tx = tx.pools.clone();
-        Box::new(move |p: &Pod| {
-            if let (Some(pool), Some(ns)) = (p.labels().get(keys::POOL), p.namespace()) {
-                let _ = tx.unbounded_send(ObjectRef::new(pool).within(&ns));
-            }
-        })
-    };
-    let claim_to_pools: cache::Trigger<SandboxClaim> = {
-        let (tx, pools) = (tx.pools.clone(), pools.clone());
-        Box::new(move |c: &SandboxClaim| {
-            for p in pools.state().iter().filter(|p| claim_targets(c, p)) {
-                let _ = tx.unbounded_send(ObjectRef::from_obj(p.as_ref()));
-            }
-        })
-    };
     let (pods, pod_drive) = cache::cache::<Pod>(
         client.clone(),
         watcher::Config::default().labels(keys::POOL).page_size(500),
         trim_pod,
-        vec![pod_to_pool],
+        vec![pod_to_pool(tx.pools.clone())],
     );
     let (claims, claim_drive) = cache::cache::<SandboxClaim>(
         client.clone(),
@@ -270,22 +296,9 @@ fn caches(
         |c| cache::strip_last_applied(&mut c.metadata),
         vec![
             cache::reconcile_itself(tx.claims.clone(), echoes.clone()),
-            claim_to_pools,
+            claim_to_pools(tx.pools.clone(), pools.clone()),
         ],
     );
-    let env_to_pools: cache::Trigger<SandboxEnv> = {
-        let (tx, pools) = (tx.pools.clone(), pools.clone());
-        Box::new(move |e: &SandboxEnv| {
-            let uid = e.uid().unwrap_or_default();
-            for p in pools
-                .state()
-                .iter()
-                .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
-            {
-                let _ = tx.unbounded_send(ObjectRef::from_obj(p.as_ref()));
-            }
-        })
-    };
     let (envs, env_drive) = cache::cache::<SandboxEnv>(
         client.clone(),
         watcher::Config::default(),
@@ -295,7 +308,7 @@ fn caches(
         },
         vec![
             cache::reconcile_itself(tx.envs.clone(), echoes.clone()),
-            env_to_pools,
+            env_to_pools(tx.pools.clone(), pools.clone()),
         ],
     );
     let (quotas, quota_drive) = cache::cache::<ResourceQuota>(

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::api::conditions::{self, Desired, types};
 use crate::api::field_manager;
 use crate::api::sandbox::{
-    MemberStatus, SandboxEnv, SandboxEnvStatus, SandboxPool, ScalingGroup, reasons,
+    EnvMember, MemberStatus, SandboxEnv, SandboxEnvStatus, SandboxPool, ScalingGroup, reasons,
 };
 
 /// One Env, as Load found it.
@@ -146,7 +146,7 @@ pub fn decide(snap: &EnvSnapshot) -> EnvPlan {
 /// is enabled (a new Pool starts at the member's replicas), this controller's otherwise.
 fn apply(
     env: &SandboxEnv,
-    m: &crate::api::sandbox::EnvMember,
+    m: &EnvMember,
     pool_name: &str,
     stored: Option<&SandboxPool>,
 ) -> Option<PoolApply> {

@@ -14,7 +14,7 @@ use super::load;
 use crate::api::sandbox::SandboxEnv;
 
 /// How often an Env is looked at when nothing else wakes it.
-const RESYNC: Duration = Duration::from_secs(300);
+const RESYNC: Duration = super::autoscaler::RESYNC.unsigned_abs();
 
 /// One reconcile of an Env. It counts its own refusals on the Env's backoff.
 pub async fn reconcile(env: Arc<SandboxEnv>, ctx: &Shared) -> Result<Action, SandboxError> {

@@ -218,7 +218,7 @@ pub fn wait_start(
 }
 
 /// Plans one pool. `fresh_names` supplies names for new Pods. The phases, in order: each
-/// Pod as it stands ([`triage`]), FIFO binding, the size, the counts.
+/// Pod as it stands, FIFO binding, the size, the counts.
 pub fn plan(snap: &PoolSnapshot, fresh_names: impl FnMut() -> String) -> PoolPlan {
     let mut ops = Vec::new();
     let (live, held) = triage(snap, &mut ops);

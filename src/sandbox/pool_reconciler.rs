@@ -16,7 +16,7 @@ use crate::api::conditions;
 use crate::api::sandbox::SandboxPool;
 
 /// How often a Pool is looked at when nothing else wakes it.
-const RESYNC: Duration = Duration::from_secs(300);
+const RESYNC: Duration = autoscaler::RESYNC.unsigned_abs();
 
 /// The soonest a Pool is decided again at the autoscaler's request.
 const SOONEST: Duration = Duration::from_millis(100);

@@ -53,7 +53,8 @@ pub const MARK_TTL: SignedDuration = SignedDuration::from_secs(60);
 /// full quota into a hot loop of rejected attempts.
 pub const SATURATION_BACKOFF_MIN: SignedDuration = SignedDuration::from_secs(10);
 
-/// The slow safety resync: a Pool is decided again at least this often.
+/// The slow safety resync: a Pool is decided again at least this often (and the sandbox
+/// controllers look at every claim and Env at least this often too).
 pub const RESYNC: SignedDuration = SignedDuration::from_mins(5);
 
 /// Condition types the autoscaler owns on a `SandboxPool` (it is their only writer).

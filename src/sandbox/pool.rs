@@ -1,13 +1,16 @@
 //! The pool's Pods and claims, decided purely: which Pods to create or delete so the pool
-//! matches `spec.replicas`, which Pending claims bind to which idle Pods (FIFO), and which
-//! claimed Pods are released. The controller turns the [`PoolPlan`] into guarded writes.
+//! matches `spec.replicas`, which Pending claims bind to which idle Pods (FIFO), which
+//! claimed Pods are released, and what the Pool's status reports afterwards. The pool
+//! reconciler turns the [`PoolPlan`] into guarded writes.
 //!
 //! Cache lag never creates extra Pods: Pods this process created that the cache does not
 //! show yet count as present, and Pods already being deleted count as gone.
 
 use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use crate::api::sandbox::RecyclePolicy;
+use crate::api::conditions::{self, Desired, types};
+use crate::api::sandbox::{PoolAutoScalingStatus, RecyclePolicy, SandboxPoolStatus, reasons};
 
 /// Labels and annotations the sandbox controllers put on Pods.
 pub mod keys {
@@ -214,13 +217,38 @@ pub fn wait_start(
     }
 }
 
-/// Plans one pool. `fresh_names` supplies names for new Pods.
-pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> PoolPlan {
+/// Plans one pool. `fresh_names` supplies names for new Pods. The phases, in order: each
+/// Pod as it stands, FIFO binding, the size, the counts.
+pub fn plan(snap: &PoolSnapshot, fresh_names: impl FnMut() -> String) -> PoolPlan {
     let mut ops = Vec::new();
+    let (live, held) = triage(snap, &mut ops);
+    let binding = bind_fifo(snap, &live, &held, &mut ops);
+    resize(snap, &live, fresh_names, &mut ops);
+    let counts = counts_after(snap, &live, &ops, &binding);
+    PoolPlan {
+        ops,
+        counts,
+        queued: binding.pending - binding.binds,
+    }
+}
+
+/// The claims waiting for a Pod of the pool: Pending and held by none of its Pods, those a
+/// plan would bind to idle Pods included. The autoscaler's queue (it subtracts the idle
+/// Pods itself).
+pub fn waiting_claims(snap: &PoolSnapshot) -> usize {
+    let (_, held) = triage(snap, &mut Vec::new());
+    pending_claims(snap, &held).len()
+}
+
+/// Each Pod as it stands: a terminating Pod is gone; a finished one is deleted; a claimed
+/// one is kept while its claim holds it, released (`Replace`: deleted, `Reuse`: back to
+/// idle) when its claim was released or deleted, freed when its claim is bound to another
+/// Pod (it lost a race), and its bind finished when its claim is still Pending (a crash
+/// came between the two writes). The Pods left live, and the UIDs of the claims they hold.
+fn triage<'a>(snap: &'a PoolSnapshot, ops: &mut Vec<PodOp>) -> (Vec<&'a PodView>, Vec<&'a str>) {
     let claims_by_uid = |uid: &str| snap.claims.iter().find(|c| c.uid == uid);
     let mut live: Vec<&PodView> = Vec::new();
-    let mut bound_claims: Vec<&str> = Vec::new();
-
+    let mut held: Vec<&str> = Vec::new();
     for pod in &snap.pods {
         if pod.terminating {
             continue;
@@ -230,16 +258,13 @@ pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> Poo
             continue;
         }
         if let Some((claim_name, claim_uid)) = &pod.claim {
-            match claims_by_uid(claim_uid) {
+            let released = match claims_by_uid(claim_uid) {
                 Some(c) if c.pod_name.as_deref() == Some(pod.name.as_str()) => {
-                    if c.phase.as_deref() == Some("Released") {
-                        ops.push(release(pod, snap.recycle));
-                        if snap.recycle == RecyclePolicy::Reuse {
-                            live.push(pod);
-                        }
-                        continue;
+                    let released = c.phase.as_deref() == Some("Released");
+                    if !released {
+                        held.push(&c.uid);
                     }
-                    bound_claims.push(&c.uid);
+                    released
                 }
                 Some(c) if c.pending() => {
                     ops.push(PodOp::FinishBind {
@@ -247,7 +272,8 @@ pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> Poo
                         ip: pod.ip.clone(),
                         claim: claim_name.clone(),
                     });
-                    bound_claims.push(&c.uid);
+                    held.push(&c.uid);
+                    false
                 }
                 Some(_) => {
                     // The claim is bound to another Pod: this one lost a race; free it.
@@ -255,31 +281,55 @@ pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> Poo
                         pod: pod.name.clone(),
                         resource_version: pod.resource_version.clone(),
                     });
+                    false
                 }
-                None if snap.claims_synced => {
-                    // The claim was deleted: release its sandbox.
-                    ops.push(release(pod, snap.recycle));
-                    if snap.recycle == RecyclePolicy::Reuse {
-                        live.push(pod);
-                    }
-                    continue;
+                // The claim was deleted: release its sandbox.
+                None => snap.claims_synced,
+            };
+            if released {
+                ops.push(release(pod, snap.recycle));
+                if snap.recycle == RecyclePolicy::Reuse {
+                    live.push(pod);
                 }
-                None => {}
+                continue;
             }
         }
         live.push(pod);
     }
+    (live, held)
+}
 
-    // FIFO binding: oldest Pending claim first, to the Pod idle the longest.
+/// Pending claims no Pod holds, oldest first.
+fn pending_claims<'a>(snap: &'a PoolSnapshot, held: &[&str]) -> Vec<&'a ClaimView> {
     let mut pending: Vec<&ClaimView> = snap
         .claims
         .iter()
-        .filter(|c| c.pending() && !bound_claims.contains(&c.uid.as_str()))
+        .filter(|c| c.pending() && !held.contains(&c.uid.as_str()))
         .collect();
     pending.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+    pending
+}
+
+/// What FIFO binding found and did.
+struct Binding {
+    /// Pending claims no Pod holds.
+    pending: usize,
+    /// Bindable Pods.
+    idle: usize,
+    /// Binds planned: the oldest claims to the Pods idle the longest.
+    binds: usize,
+}
+
+/// FIFO binding: the oldest Pending claim first, to the Pod idle the longest.
+fn bind_fifo(
+    snap: &PoolSnapshot,
+    live: &[&PodView],
+    held: &[&str],
+    ops: &mut Vec<PodOp>,
+) -> Binding {
+    let pending = pending_claims(snap, held);
     let mut idle: Vec<&PodView> = live.iter().copied().filter(|p| p.bindable()).collect();
     idle.sort_by(|a, b| (a.since, &a.name).cmp(&(b.since, &b.name)));
-    let binds = pending.len().min(idle.len());
     for (claim, pod) in pending.iter().zip(idle.iter()) {
         ops.push(PodOp::Bind {
             pod: pod.name.clone(),
@@ -289,8 +339,22 @@ pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> Poo
             claim_uid: claim.uid.clone(),
         });
     }
+    Binding {
+        pending: pending.len(),
+        idle: idle.len(),
+        binds: pending.len().min(idle.len()),
+    }
+}
 
-    // Size: existing live Pods plus creates the cache has not shown yet.
+/// The size: live Pods plus creates the cache has not shown yet, against `spec.replicas`.
+/// Missing Pods are created; excess ones deleted: never a claimed or marked Pod, never one
+/// just bound; starting Pods first, then the most recently idle.
+fn resize(
+    snap: &PoolSnapshot,
+    live: &[&PodView],
+    mut fresh_names: impl FnMut() -> String,
+    ops: &mut Vec<PodOp>,
+) {
     let present = live.len() + snap.in_flight_creates.len();
     let wanted = usize::try_from(snap.replicas.max(0)).unwrap_or(0);
     if present < wanted {
@@ -298,8 +362,6 @@ pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> Poo
             ops.push(PodOp::Create(fresh_names()));
         }
     } else if present > wanted {
-        // Excess: never a claimed or marked Pod, never one just bound; starting Pods
-        // first, then the most recently idle.
         let bound_now: Vec<&str> = ops
             .iter()
             .filter_map(|o| match o {
@@ -319,7 +381,15 @@ pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> Poo
             ops.push(delete(p));
         }
     }
+}
 
+/// The status counts once the plan's writes are done.
+fn counts_after(
+    snap: &PoolSnapshot,
+    live: &[&PodView],
+    ops: &[PodOp],
+    binding: &Binding,
+) -> Counts {
     let deleted: Vec<&str> = ops
         .iter()
         .filter_map(|o| match o {
@@ -332,18 +402,14 @@ pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> Poo
         .filter(|p| !deleted.contains(&p.name.as_str()))
         .collect();
     let creates = ops.iter().filter(|o| matches!(o, PodOp::Create(_))).count();
+    let binds = binding.binds;
     let claimed = remaining.iter().filter(|p| p.claim.is_some()).count() + binds;
-    let idle_after = remaining.iter().filter(|p| p.bindable()).count() - binds.min(idle.len());
-    let counts = Counts {
+    let idle_after = remaining.iter().filter(|p| p.bindable()).count() - binds.min(binding.idle);
+    Counts {
         replicas: (remaining.len() + snap.in_flight_creates.len() + creates) as i32,
         ready: remaining.iter().filter(|p| p.ready).count() as i32,
         idle: idle_after as i32,
         claimed: claimed as i32,
-    };
-    PoolPlan {
-        ops,
-        counts,
-        queued: pending.len() - binds,
     }
 }
 
@@ -363,6 +429,84 @@ fn release(p: &PodView, recycle: RecyclePolicy) -> PodOp {
         },
         RecyclePolicy::Replace | RecyclePolicy::Unknown => delete(p),
     }
+}
+
+/// The Pool's own conditions after a plan: `Ready` (every Pod of `spec.replicas` ready),
+/// `Progressing` (Pods starting), `Stalled` (a create from `spec.template` was refused:
+/// kstatus reads `Stalled=True` as failed, the template needs a fix), then the
+/// autoscaler's.
+pub fn status_conditions(
+    counts: Counts,
+    replicas: i32,
+    create_error: Option<&str>,
+    autoscaler: &[Desired],
+) -> Vec<Desired> {
+    let c = counts;
+    let starting = c.replicas - c.ready;
+    let mut desired = vec![
+        Desired::new(
+            types::READY,
+            c.ready >= replicas,
+            if c.ready >= replicas {
+                "PoolReady"
+            } else {
+                "PodsStarting"
+            },
+            format!(
+                "{} of {} sandbox Pods ready, {} idle, {} claimed",
+                c.ready, replicas, c.idle, c.claimed
+            ),
+        ),
+        Desired::new(
+            "Progressing",
+            starting > 0 || c.replicas != replicas,
+            if starting > 0 {
+                "PodsStarting"
+            } else {
+                "Stable"
+            },
+            format!("{starting} sandbox Pods starting"),
+        ),
+    ];
+    match create_error {
+        Some(msg) => {
+            let msg = format!("the API server refused a sandbox Pod from spec.template: {msg}");
+            desired[0] = Desired::new(types::READY, false, reasons::POD_CREATE_FAILED, msg.clone());
+            desired.push(Desired::new(
+                types::STALLED,
+                true,
+                reasons::POD_CREATE_FAILED,
+                msg,
+            ));
+        }
+        None => desired.push(Desired::new(
+            types::STALLED,
+            false,
+            conditions::reasons::RECONCILED,
+            "",
+        )),
+    }
+    desired.extend(autoscaler.iter().cloned());
+    desired
+}
+
+/// Whether the Pool's status changes: its counts, observed generation or conditions
+/// (compared without their times), or the autoscaler's part when it decided. Steady state
+/// writes nothing.
+pub fn status_changed(
+    current: &SandboxPoolStatus,
+    generation: Option<i64>,
+    counts: Counts,
+    next_conditions: &[Condition],
+    auto_scaling: Option<&PoolAutoScalingStatus>,
+) -> bool {
+    auto_scaling.is_some_and(|a| current.auto_scaling.as_ref() != Some(a))
+        || current.replicas != counts.replicas
+        || current.ready_replicas != counts.ready
+        || current.idle_replicas != counts.idle
+        || current.claimed_replicas != counts.claimed
+        || current.observed_generation != generation
+        || !conditions::equal_ignoring_time(&current.conditions, next_conditions)
 }
 
 /// How long a write of this process may stay invisible in the cache before it is

@@ -3,42 +3,28 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::{api::core::v1::ResourceQuota, apimachinery::pkg::api::resource::Quantity};
+use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::ResourceExt;
 
 use super::autoscaler::Admission;
-use crate::api::sandbox::SandboxPool;
+use crate::api::{
+    quantity::{self, Quantity},
+    sandbox::SandboxPool,
+};
 
-/// A Kubernetes quantity as a number (`100m`, `2`, `512Mi`, `1G`); `None` if unreadable.
-fn quantity(q: &Quantity) -> Option<f64> {
-    let s = q.0.trim();
-    let (num, mult) = [
-        ("Ki", 1024f64),
-        ("Mi", 1024f64.powi(2)),
-        ("Gi", 1024f64.powi(3)),
-        ("Ti", 1024f64.powi(4)),
-        ("m", 1e-3),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-    ]
-    .iter()
-    .find_map(|(suffix, m)| s.strip_suffix(suffix).map(|n| (n, *m)))
-    .unwrap_or((s, 1.0));
-    num.parse::<f64>().ok().map(|n| n * mult)
-}
-
-/// The sum of one resource's requests over a Pod template's containers.
-fn template_request(pool: &SandboxPool, resource: &str) -> f64 {
+/// The sum of one resource's requests over a Pod template's containers, read exactly; a
+/// request that does not read (the API server would refuse the Pod) counts as nothing.
+fn template_request(pool: &SandboxPool, resource: &str) -> Quantity {
     pool.spec
         .template
         .spec
         .iter()
         .flat_map(|s| s.containers.iter())
         .filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get(resource))
-        .filter_map(quantity)
-        .sum()
+        .filter_map(|q| quantity::parse(&q.0))
+        .fold(Quantity::default(), |sum, q| {
+            sum.checked_add(q).unwrap_or(sum)
+        })
 }
 
 /// How many more Pods the ResourceQuotas of the Pool's namespace (among `quotas`) accept,
@@ -72,21 +58,22 @@ pub fn probe(quotas: &[Arc<ResourceQuota>], pool: &SandboxPool, missing: i32) ->
             ("memory", "memory", Some("memory")),
         ];
         for (key, label, per_pod) in probes {
-            let Some(h) = hard.get(key).and_then(quantity) else {
+            let Some(h) = hard.get(key).and_then(|q| quantity::parse(&q.0)) else {
                 continue;
             };
-            let u = used.get(key).and_then(quantity).unwrap_or(0.0);
-            let free = (h - u).max(0.0);
-            let pods = match per_pod {
-                None => free.floor() as i64,
-                Some(r) => {
-                    let each = template_request(pool, r);
-                    if each <= 0.0 {
-                        continue;
-                    }
-                    (free / each).floor() as i64
-                }
+            let u = used
+                .get(key)
+                .and_then(|q| quantity::parse(&q.0))
+                .unwrap_or_default();
+            let free = h.checked_sub(u).unwrap_or_default();
+            let each = match per_pod {
+                None => Quantity::from_nanos(quantity::NANOS_PER_UNIT),
+                Some(r) => template_request(pool, r),
             };
+            let Some(pods) = free.times(each) else {
+                continue;
+            };
+            let pods = i64::try_from(pods).unwrap_or(i64::MAX);
             if best.as_ref().is_none_or(|(b, _)| pods < *b) {
                 best = Some((
                     pods,
@@ -106,5 +93,72 @@ pub fn probe(quotas: &[Arc<ResourceQuota>], pool: &SandboxPool, missing: i32) ->
             headroom: Some((pods - i64::from(missing.max(0))).clamp(0, i64::from(i32::MAX)) as i32),
             message: Some(msg),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pool(memory: &str) -> SandboxPool {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"replicas": 1, "template": {"spec": {"containers": [
+                {"name": "a", "resources": {"requests": {"memory": memory}}},
+                {"name": "b", "resources": {"requests": {"memory": memory}}},
+            ]}}}
+        }))
+        .expect("pool")
+    }
+
+    fn quota(name: &str, hard: &[(&str, &str)], used: &[(&str, &str)]) -> Arc<ResourceQuota> {
+        let map = |kv: &[(&str, &str)]| {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect::<serde_json::Map<_, _>>()
+        };
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"hard": map(hard)},
+                "status": {"used": map(used)},
+            }))
+            .expect("quota"),
+        )
+    }
+
+    #[test]
+    fn quotas_in_any_suffix_are_read_exactly() {
+        // Two containers of 64Ti each: a 1Pi quota with 512Ti used fits 4 more Pods; the
+        // `pods` quota fits 3; the smallest wins, less the 1 Pod still to create.
+        let quotas = [
+            quota(
+                "memory",
+                &[("requests.memory", "1Pi")],
+                &[("requests.memory", "512Ti")],
+            ),
+            quota("pods", &[("pods", "10")], &[("pods", "7")]),
+        ];
+        let a = probe(&quotas, &pool("64Ti"), 1);
+        assert_eq!(a.headroom, Some(2), "{:?}", a.message);
+        assert!(
+            a.message
+                .unwrap_or_default()
+                .starts_with("ResourceQuota pods allows 3")
+        );
+        // Exa: 1E of memory and 0.25E per Pod (two containers of 125P).
+        let a = probe(&[quota("m", &[("memory", "1E")], &[])], &pool("125P"), 0);
+        assert_eq!(a.headroom, Some(4));
+        // Used past hard admits nothing; an unreadable quota is not probed.
+        let a = probe(
+            &[
+                quota("over", &[("pods", "2")], &[("pods", "3")]),
+                quota("odd", &[("pods", "lots")], &[]),
+            ],
+            &pool("1Gi"),
+            0,
+        );
+        assert_eq!(a.headroom, Some(0));
     }
 }

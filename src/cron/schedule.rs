@@ -457,6 +457,8 @@ mod tests {
         (0..64).filter(|b| mask & (1 << b) != 0).collect()
     }
 
+    // A table (or a generator) reads best whole.
+    #[allow(clippy::too_many_lines)]
     #[test]
     fn field_syntax() {
         // (schedule, minutes, hours, days of month, months, days of week)

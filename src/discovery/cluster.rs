@@ -527,6 +527,8 @@ mod tests {
         );
     }
 
+    // A table (or a generator) reads best whole.
+    #[allow(clippy::too_many_lines)]
     #[test]
     fn node_groups_split_by_zone_instance_type_and_runtime() {
         let node = |zone: Option<&str>,

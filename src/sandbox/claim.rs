@@ -367,6 +367,8 @@ mod tests {
 
     const RESYNC: Option<Duration> = Some(Duration::from_secs(300));
 
+    // A table (or a generator) reads best whole.
+    #[allow(clippy::too_many_lines)]
     #[test]
     fn claims_are_decided_by_phase_and_target() {
         let env = |group: Option<&str>, pools| Target::Env {

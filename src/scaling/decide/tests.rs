@@ -2222,6 +2222,8 @@ fn check_invariants(s: &Snapshot, ops: &[Op], active: bool) -> Result<(), TestCa
 
 /// Plays `ops` on the snapshot, as the API server would (every write succeeds; fields
 /// Moonin writes become owned by moonin-scaling).
+// A table (or a generator) reads best whole.
+#[allow(clippy::too_many_lines)]
 fn play(s: &mut Snapshot, ops: &[Op]) {
     let owner_of = |v: &Value| -> OwnerRecord {
         serde_json::from_str(v.as_str().unwrap_or_default()).unwrap_or_else(|e| panic!("{v}: {e}"))

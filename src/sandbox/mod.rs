@@ -1,4 +1,5 @@
-//! Warm sandbox pools: `SandboxEnv`, `SandboxPool`, `SandboxClaim` (DESIGN.md §2.2).
+//! Warm sandbox pools: `SandboxEnv`, `SandboxPool`, `SandboxClaim` (the README's "Sandbox
+//! pools").
 //!
 //! Three controllers, one reconciler per kind, each one Load → Decide → Commit:
 //!

@@ -1,8 +1,8 @@
 //! Decide: from a plain-data [`Snapshot`] of one Pool and `now`, the [`Decision`]. No
 //! client, no clock, no I/O: every branch is a table test in `decide_tests.rs`.
 //!
-//! One cycle, in order (DESIGN.md §2.2; the choices DESIGN.md leaves open are marked
-//! *policy*). [`decide()`] reads as this list: phases 1 and 6 are here, the mark sweep and
+//! One cycle, in order (the README's "Autoscaling"; the choices the design leaves open are
+//! marked *policy*). [`decide()`] reads as this list: phases 1 and 6 are here, the mark sweep and
 //! the session (2 and 5) in `session.rs`, scale-up (3) in `scale_up.rs`, scale-down (4) in
 //! `scale_down.rs`:
 //!

@@ -2,7 +2,7 @@
 //! which returns the [`Decision`]: the new `spec.replicas`, the complete next
 //! `status.autoScaling`, the Pods to mark or unmark, the conditions, the Events and when to
 //! look again. `snapshot.rs` and `decide.rs` are its pure core: no client, no clock, no I/O
-//! (DESIGN.md §1 and §2.2); `commit.rs` performs the decision (Load is the pool's,
+//! (ARCHITECTURE.md, rule 1); `commit.rs` performs the decision (Load is the pool's,
 //! [`crate::sandbox::load`]).
 //!
 //! Every name the autoscaler writes (annotation key, condition types, reasons, session

@@ -5,9 +5,10 @@
 use kube::{ResourceExt, runtime::controller::Action};
 
 use super::claim::{self, Found};
-use super::commit::{self, SandboxError};
-use super::controller::Shared;
+use super::commit;
 use super::load;
+use super::shared::Shared;
+use super::writer::SandboxError;
 use crate::api::sandbox::SandboxClaim;
 
 /// One reconcile of a claim.

@@ -10,16 +10,18 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::{
-    Api, Client, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::controller::Action,
 };
 use serde_json::{Value, json};
 
 use super::claim::{self, ClaimPlan};
-use super::controller::{CONTROLLER, Shared};
+use super::shared::Shared;
+use super::writer::{RETRY, SandboxError, Writer, guarded_delete, json_patch, params};
+
 use super::env::{EnvStatusPlan, PoolApply};
 use super::load::Now;
 use super::memory::ClaimRef;
@@ -27,101 +29,7 @@ use super::pool::{self, Counts, PodOp, keys};
 use crate::api::conditions::types;
 use crate::api::field_manager;
 use crate::api::sandbox::{PoolAutoScalingStatus, SandboxClaim, SandboxEnv, SandboxPool, reasons};
-use crate::runtime::{
-    cache::Echoes,
-    errors::{brief, is_conflict},
-    events::Publisher,
-    leader::Leadership,
-    metrics::Metrics,
-};
-
-/// How soon an object is looked at again after a write lost a race.
-pub const RETRY: Duration = Duration::from_millis(200);
-
-/// Why a reconcile stopped early.
-#[derive(Debug, thiserror::Error)]
-pub enum SandboxError {
-    /// An object changed under us; retry from fresh caches.
-    #[error("conflict: {0}")]
-    Conflict(String),
-    /// The API server refused a write.
-    #[error("{0}")]
-    Api(#[from] kube::Error),
-}
-
-/// Where the sandbox reconcilers' writes go: the client, the leader gate, the write
-/// counter, the Events, and the echoes of status writes.
-#[derive(Clone)]
-pub struct Writer {
-    /// The API client.
-    pub client: Client,
-    /// Publishes Events as `moonin-sandbox`.
-    pub events: Publisher,
-    /// Counts writes.
-    pub metrics: Metrics,
-    /// Only the leader writes.
-    pub leader: Leadership,
-    /// Status writes of the reconcilers to their own objects: their echo does not wake the
-    /// object again.
-    pub echoes: Echoes,
-}
-
-impl Writer {
-    /// Whether this process may write now.
-    pub fn is_leader(&self) -> bool {
-        self.leader.is_leader()
-    }
-
-    /// Counts a write of `kind`.
-    pub fn wrote(&self, kind: &str) {
-        self.metrics.wrote(CONTROLLER, kind);
-    }
-
-    /// Publishes an Event about `regarding`.
-    pub async fn event(
-        &self,
-        regarding: &ObjectReference,
-        warning: bool,
-        reason: &str,
-        note: &str,
-    ) {
-        self.events
-            .publish(regarding, warning, reason, None, note)
-            .await;
-    }
-
-    /// The API of `K` in `ns`.
-    pub fn api<K>(&self, ns: &str) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-    {
-        Api::namespaced(self.client.clone(), ns)
-    }
-}
-
-/// Patch parameters under `manager`.
-pub fn params(manager: &str) -> PatchParams {
-    PatchParams {
-        field_manager: Some(manager.to_string()),
-        ..PatchParams::default()
-    }
-}
-
-/// A JSON Patch from its JSON form.
-pub fn json_patch(v: Value) -> Patch<()> {
-    Patch::Json(serde_json::from_value(v).unwrap_or_else(|_| json_patch::Patch(Vec::new())))
-}
-
-/// Delete preconditions: the object `uid` at `resource_version`, nothing newer.
-pub fn guarded_delete(uid: &str, resource_version: &str) -> DeleteParams {
-    DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: Some(uid.to_string()),
-            resource_version: Some(resource_version.to_string()),
-        }),
-        ..DeleteParams::default()
-    }
-}
+use crate::runtime::errors::{brief, is_conflict};
 
 /// A JSON merge patch that turns `old` into `new`: what `new` lacks is set to null.
 fn merge_nulls(old: &Value, new: &mut Value) {

@@ -23,10 +23,11 @@ use kube::{
     },
 };
 
-use super::commit::{RETRY, SandboxError, Writer};
 use super::load::{Stores, claim_targets};
 use super::memory::Memory;
 use super::pool::keys;
+use super::shared::Shared;
+use super::writer::{RETRY, SandboxError, Writer};
 use super::{claim_reconciler, env_reconciler, pool_reconciler};
 use crate::api::sandbox::{SandboxClaim, SandboxEnv, SandboxPool};
 use crate::runtime::{
@@ -38,8 +39,7 @@ use crate::runtime::{
     metrics::{ControllerLabels, ErrorLabels},
 };
 
-/// The controller's name in metrics and logs.
-pub const CONTROLLER: &str = "sandbox";
+pub use super::writer::CONTROLLER;
 
 /// The sandbox controllers, as the manager registers them.
 pub fn registered() -> Registered {
@@ -49,22 +49,6 @@ pub fn registered() -> Registered {
             Box::pin(run(ctx, readiness))
         },
     }
-}
-
-/// What the three reconcilers share.
-pub struct Shared {
-    /// The caches they load from.
-    pub stores: Stores,
-    /// What the process remembers between reconciles.
-    pub memory: Memory,
-    /// Where their writes go.
-    pub writer: Writer,
-    /// Every cache has listed once.
-    pub synced: AtomicBool,
-    /// Asks the claim controller to look at a claim again (a Pool it waited for appeared).
-    pub claim_requests: UnboundedSender<ObjectRef<SandboxClaim>>,
-    /// The cluster this manager runs in (`--cluster-name`): an Env materialises its members.
-    pub cluster_name: String,
 }
 
 /// A Pool reconcile, behind the leader gate. A reconcile triggered by a cache's initial

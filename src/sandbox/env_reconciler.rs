@@ -7,10 +7,11 @@ use std::{sync::Arc, time::Duration};
 
 use kube::{ResourceExt, runtime::controller::Action};
 
-use super::commit::{self, SandboxError};
-use super::controller::Shared;
+use super::commit;
 use super::env;
 use super::load;
+use super::shared::Shared;
+use super::writer::SandboxError;
 use crate::api::sandbox::SandboxEnv;
 
 /// How often an Env is looked at when nothing else wakes it.

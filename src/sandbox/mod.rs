@@ -19,7 +19,8 @@
 //!   `autoscaler/`: the pool autoscaler's snapshot and decision (the seed design's
 //!   Snapshot → Decide) and its commit.
 //! - `commit.rs`: the guarded writes, their conflict handling, the status patches and the
-//!   Events.
+//!   Events; below it `writer.rs`: where writes go and how they are guarded, and
+//!   `shared.rs`: what the reconcilers share.
 //! - `memory.rs`: what the process remembers between reconciles (writes the caches do not
 //!   show yet, the per-group decision turns, first sightings of claims, the autoscaler's
 //!   recommendation history), each a named type.
@@ -40,3 +41,5 @@ pub mod load;
 pub mod memory;
 pub mod pool;
 pub mod pool_reconciler;
+pub mod shared;
+pub mod writer;

@@ -8,10 +8,11 @@ use std::time::Duration;
 use kube::{ResourceExt, runtime::controller::Action};
 
 use super::autoscaler::{self, Decision, Snapshot, commit::Resized};
-use super::commit::{self, AutoScalingWrite, PodWrites, RETRY, SandboxError};
-use super::controller::Shared;
+use super::commit::{self, AutoScalingWrite, PodWrites};
 use super::load::{self, Now};
 use super::pool::{self, PoolPlan};
+use super::shared::Shared;
+use super::writer::{RETRY, SandboxError};
 use crate::api::conditions;
 use crate::api::sandbox::SandboxPool;
 

@@ -15,10 +15,10 @@ use super::{Decision, EventType, Snapshot, session_states};
 use crate::api::field_manager;
 use crate::api::sandbox::SandboxPool;
 use crate::runtime::errors::{brief, is_conflict};
-use crate::sandbox::commit::{SandboxError, guarded_delete, json_patch, params};
-use crate::sandbox::controller::Shared;
 use crate::sandbox::load::{Now, pool_key};
 use crate::sandbox::pool::PodView;
+use crate::sandbox::shared::Shared;
+use crate::sandbox::writer::{SandboxError, guarded_delete, json_patch, params};
 
 /// The Pool after steps 1–3.
 #[derive(Debug)]

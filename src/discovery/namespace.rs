@@ -297,10 +297,16 @@ impl ReportedSignals {
             .insert(key, object.signals.clone())
             .or_else(|| object.published.clone())
             .unwrap_or_default();
+        // A signal is known by its reason: "CrashLoopBackOff: 2 Pods" after "…: 1 Pod" is the
+        // same signal (Kubernetes folds a repeated Event into a count anyway).
         object
             .signals
             .iter()
-            .filter(|s| !before.contains(s))
+            .filter(|s| {
+                !before
+                    .iter()
+                    .any(|b| signals::reason_of(b) == signals::reason_of(s))
+            })
             .cloned()
             .collect()
     }
@@ -693,6 +699,16 @@ mod tests {
         assert!(reported.appeared(&object("web", &["B"], None)).is_empty());
         assert_eq!(reported.appeared(&object("web", &["A", "B"], None)), ["A"]);
         assert_eq!(reported.appeared(&object("api", &["A"], None)), ["A"]);
+        // A count that changes is the same signal.
+        assert_eq!(
+            reported.appeared(&object("db", &["CrashLoopBackOff: 1 Pod"], None)),
+            ["CrashLoopBackOff: 1 Pod"]
+        );
+        assert!(
+            reported
+                .appeared(&object("db", &["CrashLoopBackOff: 2 Pods"], None))
+                .is_empty()
+        );
     }
 
     fn stored(part: NamespaceInventoryStatus, i: i32, n: i32) -> Arc<NamespaceInventory> {

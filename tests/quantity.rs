@@ -18,24 +18,7 @@ use moonin::api::quantity::parse;
 #[path = "common/mod.rs"]
 mod common;
 
-/// A small deterministic generator (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len())]
-    }
-}
+use common::Rng;
 
 const SUFFIXES: &[&str] = &[
     "", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "e3",
@@ -89,7 +72,7 @@ fn generated(seed: u64, count: usize) -> Vec<String> {
     .map(|s| s.to_string())
     .collect();
     for _ in 0..count {
-        let sign = rng.pick(&["", "", "+", "-"]);
+        let sign = *rng.pick(&["", "", "+", "-"]);
         let int = match rng.below(5) {
             0 => String::new(),
             1 => "0".to_string(),
@@ -102,7 +85,7 @@ fn generated(seed: u64, count: usize) -> Vec<String> {
             2 => format!(".{}", rng.below(1000)),
             _ => format!(".{:09}", rng.below(1_000_000_000)),
         };
-        let suffix = rng.pick(SUFFIXES);
+        let suffix = *rng.pick(SUFFIXES);
         out.push(format!("{sign}{int}{frac}{suffix}"));
     }
     out

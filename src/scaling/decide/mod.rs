@@ -273,4 +273,5 @@ fn plan_action(
 }
 
 #[cfg(test)]
+#[path = "decide_tests.rs"]
 mod tests;

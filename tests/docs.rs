@@ -65,7 +65,7 @@ fn assert_documented(what: &str, names: &BTreeSet<String>) {
 const TYPE_MODULES: &[(&str, &str)] = &[
     ("src/api/conditions.rs", "types"),
     ("src/sandbox/autoscaler/mod.rs", "condition_types"),
-    ("src/discovery/controller.rs", "condition_types"),
+    ("src/discovery/names.rs", "condition_types"),
 ];
 
 /// ... condition and Event reasons, and status values (phases, states, results). Scaling's
@@ -76,7 +76,7 @@ const REASON_MODULES: &[(&str, &str)] = &[
     ("src/api/sandbox.rs", "reasons"),
     ("src/sandbox/autoscaler/mod.rs", "reasons"),
     ("src/discovery/signals.rs", "reasons"),
-    ("src/discovery/controller.rs", "condition_reasons"),
+    ("src/discovery/names.rs", "condition_reasons"),
     ("src/scaling/decide/plan.rs", "state"),
     ("src/sandbox/autoscaler/mod.rs", "session_states"),
     ("src/sandbox/autoscaler/mod.rs", "attempt_results"),
@@ -610,7 +610,10 @@ fn every_subcommand_and_its_flags_are_in_the_command_table() {
 fn links_in_the_docs_resolve() {
     let mut broken = Vec::new();
     let readme = read("README.md");
-    let mut pages = vec![(PathBuf::from("README.md"), readme.clone())];
+    let mut pages = vec![
+        (PathBuf::from("README.md"), readme.clone()),
+        (PathBuf::from("ARCHITECTURE.md"), read("ARCHITECTURE.md")),
+    ];
     for page in [
         "install.md",
         "helm.md",
@@ -630,10 +633,6 @@ fn links_in_the_docs_resolve() {
             let target: String = text[at + 2..].chars().take_while(|c| *c != ')').collect();
             let (path, anchor) = target.split_once('#').unwrap_or((&target, ""));
             if target.contains("://") {
-                continue;
-            }
-            // README links `../shared/DESIGN.md`, outside this repository.
-            if page.as_os_str() == "README.md" && path.starts_with("../") {
                 continue;
             }
             let resolved = if path.is_empty() {
@@ -669,4 +668,31 @@ fn slug(heading: &str) -> String {
             _ => None,
         })
         .collect()
+}
+
+/// ARCHITECTURE.md is the map a newcomer reads first: every folder of `src/` is on it.
+#[test]
+fn the_architecture_map_names_every_folder_of_src() {
+    fn folders(dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).expect("src/ is readable").flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                let rel = path.strip_prefix(root()).unwrap_or(&path);
+                out.push(format!("{}/", rel.display()));
+                folders(&path, out);
+            }
+        }
+    }
+    let map = read("ARCHITECTURE.md");
+    let mut all = Vec::new();
+    folders(&root().join("src"), &mut all);
+    let missing: Vec<&String> = all.iter().filter(|f| !map.contains(f.as_str())).collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md does not name these folders: {missing:?}"
+    );
+    assert!(
+        !map.contains("../shared") && !read("README.md").contains("../shared"),
+        "the repository's docs point outside it"
+    );
 }

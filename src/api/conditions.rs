@@ -129,6 +129,18 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
         .any(|c| c.type_ == type_ && c.status == "True")
 }
 
+/// Whether two statuses say the same thing, whatever their conditions' timestamps.
+pub fn same_status<S: Clone + PartialEq>(
+    a: &S,
+    b: &S,
+    conditions_of: fn(&mut S) -> &mut Vec<Condition>,
+) -> bool {
+    let (mut a, mut b) = (a.clone(), b.clone());
+    let ca = std::mem::take(conditions_of(&mut a));
+    let cb = std::mem::take(conditions_of(&mut b));
+    a == b && equal_ignoring_time(&ca, &cb)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

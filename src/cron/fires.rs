@@ -267,6 +267,8 @@ mod tests {
 
     /// (zone, schedule, after, expected fires). Fixed schedules move gap times to the end
     /// of the gap and fire once in a repeated hour; `*` schedules follow the wall clock.
+    // A table (or a generator) reads best whole.
+    #[allow(clippy::too_many_lines)]
     #[test]
     fn dst_tables() {
         #[allow(clippy::type_complexity)]

@@ -1,17 +1,35 @@
 //! Discovery: the cluster's inventory and change log as Kubernetes objects
 //! (`ClusterDiscovery`, `NamespaceInventory`, `WorkloadRevision`).
 //!
-//! Load → Decide → Commit, like the other controllers: the watches keep small projections
-//! ([`view`]); pure functions turn them into the cluster status ([`cluster`]), each
-//! namespace's inventory and its error signals ([`inventory`], [`signals`]) and the change
-//! log ([`revision`]); the controller writes only what changed. Helm release Secrets are
-//! decoded one at a time by the sanitiser ([`helm`]) and never kept.
+//! Load → Decide → Commit, like the other controllers. The watches feed synchronous
+//! indexes of small projections ([`index`], [`watch`], [`view`], [`stores`]) and mark what
+//! changed ([`dirty`]); the controller ([`controller`]) rebuilds it ([`rebuild`]): the
+//! revision records of changed Deployments ([`record`], deciding with [`revision`]), each
+//! changed namespace's inventory ([`namespace`], with [`inventory`] and [`signals`]) and
+//! the cluster status ([`status`], with [`cluster`]), writing only what differs; the
+//! leader renews a heartbeat Lease ([`heartbeat`]). Helm release Secrets are watched
+//! metadata-only and decoded one at a time ([`helm_secrets`]) by the sanitiser ([`helm`]),
+//! and never kept.
 
+pub mod baselines;
 pub mod cluster;
 pub mod controller;
+pub mod dirty;
+pub mod errors;
+pub mod heartbeat;
 pub mod helm;
+pub mod helm_secrets;
+pub mod index;
 pub mod inventory;
+pub mod names;
+pub mod namespace;
+pub mod progress;
+pub mod rebuild;
+pub mod record;
 pub mod revision;
+pub mod shared;
 pub mod signals;
+pub mod status;
+pub mod stores;
 pub mod view;
 pub mod watch;

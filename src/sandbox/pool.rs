@@ -1,13 +1,16 @@
 //! The pool's Pods and claims, decided purely: which Pods to create or delete so the pool
-//! matches `spec.replicas`, which Pending claims bind to which idle Pods (FIFO), and which
-//! claimed Pods are released. The controller turns the [`PoolPlan`] into guarded writes.
+//! matches `spec.replicas`, which Pending claims bind to which idle Pods (FIFO), which
+//! claimed Pods are released, and what the Pool's status reports afterwards. The pool
+//! reconciler turns the [`PoolPlan`] into guarded writes.
 //!
 //! Cache lag never creates extra Pods: Pods this process created that the cache does not
 //! show yet count as present, and Pods already being deleted count as gone.
 
 use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use crate::api::sandbox::RecyclePolicy;
+use crate::api::conditions::{self, Desired, types};
+use crate::api::sandbox::{PoolAutoScalingStatus, RecyclePolicy, SandboxPoolStatus, reasons};
 
 /// Labels and annotations the sandbox controllers put on Pods.
 pub mod keys {
@@ -214,13 +217,38 @@ pub fn wait_start(
     }
 }
 
-/// Plans one pool. `fresh_names` supplies names for new Pods.
-pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> PoolPlan {
+/// Plans one pool. `fresh_names` supplies names for new Pods. The phases, in order: each
+/// Pod as it stands, FIFO binding, the size, the counts.
+pub fn plan(snap: &PoolSnapshot, fresh_names: impl FnMut() -> String) -> PoolPlan {
     let mut ops = Vec::new();
+    let (live, held) = triage(snap, &mut ops);
+    let binding = bind_fifo(snap, &live, &held, &mut ops);
+    resize(snap, &live, fresh_names, &mut ops);
+    let counts = counts_after(snap, &live, &ops, &binding);
+    PoolPlan {
+        ops,
+        counts,
+        queued: binding.pending - binding.binds,
+    }
+}
+
+/// The claims waiting for a Pod of the pool: Pending and held by none of its Pods, those a
+/// plan would bind to idle Pods included. The autoscaler's queue (it subtracts the idle
+/// Pods itself).
+pub fn waiting_claims(snap: &PoolSnapshot) -> usize {
+    let (_, held) = triage(snap, &mut Vec::new());
+    pending_claims(snap, &held).len()
+}
+
+/// Each Pod as it stands: a terminating Pod is gone; a finished one is deleted; a claimed
+/// one is kept while its claim holds it, released (`Replace`: deleted, `Reuse`: back to
+/// idle) when its claim was released or deleted, freed when its claim is bound to another
+/// Pod (it lost a race), and its bind finished when its claim is still Pending (a crash
+/// came between the two writes). The Pods left live, and the UIDs of the claims they hold.
+fn triage<'a>(snap: &'a PoolSnapshot, ops: &mut Vec<PodOp>) -> (Vec<&'a PodView>, Vec<&'a str>) {
     let claims_by_uid = |uid: &str| snap.claims.iter().find(|c| c.uid == uid);
     let mut live: Vec<&PodView> = Vec::new();
-    let mut bound_claims: Vec<&str> = Vec::new();
-
+    let mut held: Vec<&str> = Vec::new();
     for pod in &snap.pods {
         if pod.terminating {
             continue;
@@ -230,16 +258,13 @@ pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> Poo
             continue;
         }
         if let Some((claim_name, claim_uid)) = &pod.claim {
-            match claims_by_uid(claim_uid) {
+            let released = match claims_by_uid(claim_uid) {
                 Some(c) if c.pod_name.as_deref() == Some(pod.name.as_str()) => {
-                    if c.phase.as_deref() == Some("Released") {
-                        ops.push(release(pod, snap.recycle));
-                        if snap.recycle == RecyclePolicy::Reuse {
-                            live.push(pod);
-                        }
-                        continue;
+                    let released = c.phase.as_deref() == Some("Released");
+                    if !released {
+                        held.push(&c.uid);
                     }
-                    bound_claims.push(&c.uid);
+                    released
                 }
                 Some(c) if c.pending() => {
                     ops.push(PodOp::FinishBind {
@@ -247,7 +272,8 @@ pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> Poo
                         ip: pod.ip.clone(),
                         claim: claim_name.clone(),
                     });
-                    bound_claims.push(&c.uid);
+                    held.push(&c.uid);
+                    false
                 }
                 Some(_) => {
                     // The claim is bound to another Pod: this one lost a race; free it.
@@ -255,31 +281,55 @@ pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> Poo
                         pod: pod.name.clone(),
                         resource_version: pod.resource_version.clone(),
                     });
+                    false
                 }
-                None if snap.claims_synced => {
-                    // The claim was deleted: release its sandbox.
-                    ops.push(release(pod, snap.recycle));
-                    if snap.recycle == RecyclePolicy::Reuse {
-                        live.push(pod);
-                    }
-                    continue;
+                // The claim was deleted: release its sandbox.
+                None => snap.claims_synced,
+            };
+            if released {
+                ops.push(release(pod, snap.recycle));
+                if snap.recycle == RecyclePolicy::Reuse {
+                    live.push(pod);
                 }
-                None => {}
+                continue;
             }
         }
         live.push(pod);
     }
+    (live, held)
+}
 
-    // FIFO binding: oldest Pending claim first, to the Pod idle the longest.
+/// Pending claims no Pod holds, oldest first.
+fn pending_claims<'a>(snap: &'a PoolSnapshot, held: &[&str]) -> Vec<&'a ClaimView> {
     let mut pending: Vec<&ClaimView> = snap
         .claims
         .iter()
-        .filter(|c| c.pending() && !bound_claims.contains(&c.uid.as_str()))
+        .filter(|c| c.pending() && !held.contains(&c.uid.as_str()))
         .collect();
     pending.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+    pending
+}
+
+/// What FIFO binding found and did.
+struct Binding {
+    /// Pending claims no Pod holds.
+    pending: usize,
+    /// Bindable Pods.
+    idle: usize,
+    /// Binds planned: the oldest claims to the Pods idle the longest.
+    binds: usize,
+}
+
+/// FIFO binding: the oldest Pending claim first, to the Pod idle the longest.
+fn bind_fifo(
+    snap: &PoolSnapshot,
+    live: &[&PodView],
+    held: &[&str],
+    ops: &mut Vec<PodOp>,
+) -> Binding {
+    let pending = pending_claims(snap, held);
     let mut idle: Vec<&PodView> = live.iter().copied().filter(|p| p.bindable()).collect();
     idle.sort_by(|a, b| (a.since, &a.name).cmp(&(b.since, &b.name)));
-    let binds = pending.len().min(idle.len());
     for (claim, pod) in pending.iter().zip(idle.iter()) {
         ops.push(PodOp::Bind {
             pod: pod.name.clone(),
@@ -289,8 +339,22 @@ pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> Poo
             claim_uid: claim.uid.clone(),
         });
     }
+    Binding {
+        pending: pending.len(),
+        idle: idle.len(),
+        binds: pending.len().min(idle.len()),
+    }
+}
 
-    // Size: existing live Pods plus creates the cache has not shown yet.
+/// The size: live Pods plus creates the cache has not shown yet, against `spec.replicas`.
+/// Missing Pods are created; excess ones deleted: never a claimed or marked Pod, never one
+/// just bound; starting Pods first, then the most recently idle.
+fn resize(
+    snap: &PoolSnapshot,
+    live: &[&PodView],
+    mut fresh_names: impl FnMut() -> String,
+    ops: &mut Vec<PodOp>,
+) {
     let present = live.len() + snap.in_flight_creates.len();
     let wanted = usize::try_from(snap.replicas.max(0)).unwrap_or(0);
     if present < wanted {
@@ -298,8 +362,6 @@ pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> Poo
             ops.push(PodOp::Create(fresh_names()));
         }
     } else if present > wanted {
-        // Excess: never a claimed or marked Pod, never one just bound; starting Pods
-        // first, then the most recently idle.
         let bound_now: Vec<&str> = ops
             .iter()
             .filter_map(|o| match o {
@@ -319,7 +381,15 @@ pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> Poo
             ops.push(delete(p));
         }
     }
+}
 
+/// The status counts once the plan's writes are done.
+fn counts_after(
+    snap: &PoolSnapshot,
+    live: &[&PodView],
+    ops: &[PodOp],
+    binding: &Binding,
+) -> Counts {
     let deleted: Vec<&str> = ops
         .iter()
         .filter_map(|o| match o {
@@ -332,18 +402,14 @@ pub fn plan(snap: &PoolSnapshot, mut fresh_names: impl FnMut() -> String) -> Poo
         .filter(|p| !deleted.contains(&p.name.as_str()))
         .collect();
     let creates = ops.iter().filter(|o| matches!(o, PodOp::Create(_))).count();
+    let binds = binding.binds;
     let claimed = remaining.iter().filter(|p| p.claim.is_some()).count() + binds;
-    let idle_after = remaining.iter().filter(|p| p.bindable()).count() - binds.min(idle.len());
-    let counts = Counts {
+    let idle_after = remaining.iter().filter(|p| p.bindable()).count() - binds.min(binding.idle);
+    Counts {
         replicas: (remaining.len() + snap.in_flight_creates.len() + creates) as i32,
         ready: remaining.iter().filter(|p| p.ready).count() as i32,
         idle: idle_after as i32,
         claimed: claimed as i32,
-    };
-    PoolPlan {
-        ops,
-        counts,
-        queued: pending.len() - binds,
     }
 }
 
@@ -363,6 +429,84 @@ fn release(p: &PodView, recycle: RecyclePolicy) -> PodOp {
         },
         RecyclePolicy::Replace | RecyclePolicy::Unknown => delete(p),
     }
+}
+
+/// The Pool's own conditions after a plan: `Ready` (every Pod of `spec.replicas` ready),
+/// `Progressing` (Pods starting), `Stalled` (a create from `spec.template` was refused:
+/// kstatus reads `Stalled=True` as failed, the template needs a fix), then the
+/// autoscaler's.
+pub fn status_conditions(
+    counts: Counts,
+    replicas: i32,
+    create_error: Option<&str>,
+    autoscaler: &[Desired],
+) -> Vec<Desired> {
+    let c = counts;
+    let starting = c.replicas - c.ready;
+    let mut desired = vec![
+        Desired::new(
+            types::READY,
+            c.ready >= replicas,
+            if c.ready >= replicas {
+                "PoolReady"
+            } else {
+                "PodsStarting"
+            },
+            format!(
+                "{} of {} sandbox Pods ready, {} idle, {} claimed",
+                c.ready, replicas, c.idle, c.claimed
+            ),
+        ),
+        Desired::new(
+            "Progressing",
+            starting > 0 || c.replicas != replicas,
+            if starting > 0 {
+                "PodsStarting"
+            } else {
+                "Stable"
+            },
+            format!("{starting} sandbox Pods starting"),
+        ),
+    ];
+    match create_error {
+        Some(msg) => {
+            let msg = format!("the API server refused a sandbox Pod from spec.template: {msg}");
+            desired[0] = Desired::new(types::READY, false, reasons::POD_CREATE_FAILED, msg.clone());
+            desired.push(Desired::new(
+                types::STALLED,
+                true,
+                reasons::POD_CREATE_FAILED,
+                msg,
+            ));
+        }
+        None => desired.push(Desired::new(
+            types::STALLED,
+            false,
+            conditions::reasons::RECONCILED,
+            "",
+        )),
+    }
+    desired.extend(autoscaler.iter().cloned());
+    desired
+}
+
+/// Whether the Pool's status changes: its counts, observed generation or conditions
+/// (compared without their times), or the autoscaler's part when it decided. Steady state
+/// writes nothing.
+pub fn status_changed(
+    current: &SandboxPoolStatus,
+    generation: Option<i64>,
+    counts: Counts,
+    next_conditions: &[Condition],
+    auto_scaling: Option<&PoolAutoScalingStatus>,
+) -> bool {
+    auto_scaling.is_some_and(|a| current.auto_scaling.as_ref() != Some(a))
+        || current.replicas != counts.replicas
+        || current.ready_replicas != counts.ready
+        || current.idle_replicas != counts.idle
+        || current.claimed_replicas != counts.claimed
+        || current.observed_generation != generation
+        || !conditions::equal_ignoring_time(&current.conditions, next_conditions)
 }
 
 /// How long a write of this process may stay invisible in the cache before it is
@@ -412,359 +556,5 @@ impl InFlightBinds {
 }
 
 #[cfg(test)]
-mod tests {
-
-    #[test]
-    fn a_refusal_reads_the_same_for_every_generated_name() {
-        let invalid = |n: &str| {
-            format!(
-                "Pod \"{n}\" is invalid: spec.containers[0].name: Invalid value: \"-5m\": a lowercase RFC 1123 label"
-            )
-        };
-        assert_eq!(
-            without_name(&invalid("p-bcdfg"), "p-bcdfg"),
-            without_name(&invalid("p-xz245"), "p-xz245")
-        );
-        assert_eq!(
-            without_name(&invalid("p-bcdfg"), "p-bcdfg"),
-            "Pod is invalid: spec.containers[0].name: Invalid value: \"-5m\": a lowercase RFC 1123 label"
-        );
-        assert_eq!(
-            without_name("pods \"p-kk\" is forbidden: exceeded quota: q", "p-kk"),
-            "pods is forbidden: exceeded quota: q"
-        );
-        assert_eq!(
-            without_name("no p-kk here", "p-kk"),
-            "no <generated name> here"
-        );
-    }
-
-    use super::*;
-
-    fn t(s: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + s).unwrap_or(Timestamp::UNIX_EPOCH)
-    }
-
-    #[test]
-    fn wait_starts_at_the_finer_of_sighting_and_creation() {
-        let ms = |m: i64| t(0) + SignedDuration::from_millis(m);
-        // (first seen, created, expected start); now is t(30).
-        let cases = [
-            (Some(ms(400)), Some(t(0)), ms(400)), // seen within the creation second
-            (Some(ms(999)), Some(t(0)), ms(999)), // still within it
-            (Some(ms(1_000)), Some(t(0)), t(0)),  // seen late: creation is the bound
-            (Some(t(20)), Some(t(0)), t(0)),      // seen by a new leader after 20 s
-            (Some(ms(-200)), Some(t(0)), ms(-200)), // our clock a little behind the server's
-            (None, Some(t(3)), t(3)),             // sighting lost (restart)
-            (Some(ms(2_500)), None, ms(2_500)),   // no creation time
-            (None, None, t(30)),                  // nothing: zero wait
-        ];
-        for (seen, created, want) in cases {
-            assert_eq!(
-                wait_start(seen, created, t(30)),
-                want,
-                "{seen:?} {created:?}"
-            );
-        }
-    }
-
-    fn pod(name: &str, ready: bool) -> PodView {
-        PodView {
-            name: name.into(),
-            uid: format!("{name}-uid"),
-            resource_version: "1".into(),
-            ready,
-            ip: ready.then(|| "10.0.0.1".to_string()),
-            terminating: false,
-            finished: false,
-            claim: None,
-            marked: false,
-            since: t(0),
-        }
-    }
-
-    fn claim(name: &str, created: i64) -> ClaimView {
-        ClaimView {
-            name: name.into(),
-            uid: format!("{name}-uid"),
-            created: t(created),
-            phase: None,
-            pod_name: None,
-        }
-    }
-
-    fn snap(replicas: i32, pods: Vec<PodView>, claims: Vec<ClaimView>) -> PoolSnapshot {
-        PoolSnapshot {
-            replicas,
-            recycle: RecyclePolicy::Replace,
-            pods,
-            in_flight_creates: vec![],
-            claims,
-            claims_synced: true,
-        }
-    }
-
-    fn names() -> impl FnMut() -> String {
-        let mut n = 0;
-        move || {
-            n += 1;
-            format!("new-{n}")
-        }
-    }
-
-    #[test]
-    fn an_empty_pool_fills_up() {
-        let p = plan(&snap(3, vec![], vec![]), names());
-        assert_eq!(
-            p.ops,
-            vec![
-                PodOp::Create("new-1".into()),
-                PodOp::Create("new-2".into()),
-                PodOp::Create("new-3".into())
-            ]
-        );
-        assert_eq!(p.counts.replicas, 3);
-    }
-
-    #[test]
-    fn creates_the_cache_has_not_seen_count_so_nothing_is_created_twice() {
-        let mut s = snap(3, vec![pod("a", true)], vec![]);
-        s.in_flight_creates = vec!["b".into(), "c".into()];
-        assert_eq!(plan(&s, names()).ops, vec![]);
-    }
-
-    #[test]
-    fn a_bind_the_caches_do_not_show_yet_is_not_made_twice() {
-        // This process bound claim c1 to Pod a; neither cache shows it yet.
-        let mut pods = vec![pod("a", true), pod("b", true)];
-        let mut claims = vec![claim("c1", 0)];
-        let binds = InFlightBinds {
-            pods: [("a".to_string(), ("c1".to_string(), "c1-uid".to_string()))].into(),
-            claims: [("c1-uid".to_string(), "a".to_string())].into(),
-        };
-        let (seen_pods, seen_claims) = binds.overlay(&mut pods, &mut claims);
-        assert!(seen_pods.is_empty() && seen_claims.is_empty());
-        let p = plan(&snap(2, pods, claims), names());
-        assert_eq!(p.ops, vec![], "no second bind, no FinishBind");
-        assert_eq!((p.counts.idle, p.counts.claimed), (1, 1));
-    }
-
-    #[test]
-    fn a_pod_bind_without_its_claim_write_is_finished_not_redone() {
-        // The Pod patch of a bind succeeded, the claim write did not (or is not seen).
-        let mut pods = vec![pod("a", true), pod("b", true)];
-        let mut claims = vec![claim("c1", 0)];
-        let binds = InFlightBinds {
-            pods: [("a".to_string(), ("c1".to_string(), "c1-uid".to_string()))].into(),
-            claims: Default::default(),
-        };
-        binds.overlay(&mut pods, &mut claims);
-        let p = plan(&snap(2, pods, claims), names());
-        assert_eq!(
-            p.ops,
-            vec![PodOp::FinishBind {
-                pod: "a".into(),
-                ip: Some("10.0.0.1".into()),
-                claim: "c1".into()
-            }]
-        );
-    }
-
-    #[test]
-    fn binds_the_caches_show_are_forgotten() {
-        let mut a = pod("a", true);
-        a.claim = Some(("c1".into(), "c1-uid".into()));
-        let mut c1 = claim("c1", 0);
-        c1.phase = Some("Bound".into());
-        c1.pod_name = Some("a".into());
-        let binds = InFlightBinds {
-            pods: [
-                ("a".to_string(), ("c1".to_string(), "c1-uid".to_string())),
-                ("gone".to_string(), ("c2".to_string(), "c2-uid".to_string())),
-            ]
-            .into(),
-            claims: [
-                ("c1-uid".to_string(), "a".to_string()),
-                ("c2-uid".to_string(), "gone".to_string()),
-            ]
-            .into(),
-        };
-        let mut pods = vec![a.clone()];
-        let mut claims = vec![c1.clone()];
-        let (seen_pods, seen_claims) = binds.overlay(&mut pods, &mut claims);
-        assert_eq!(seen_pods, vec!["a".to_string(), "gone".to_string()]);
-        assert_eq!(
-            seen_claims,
-            vec!["c1-uid".to_string(), "c2-uid".to_string()]
-        );
-        assert_eq!((pods, claims), (vec![a], vec![c1]), "views unchanged");
-    }
-
-    #[test]
-    fn terminating_pods_count_as_gone() {
-        let mut dying = pod("a", true);
-        dying.terminating = true;
-        let p = plan(&snap(1, vec![dying], vec![]), names());
-        assert_eq!(p.ops, vec![PodOp::Create("new-1".into())]);
-    }
-
-    #[test]
-    fn claims_bind_fifo_to_ready_idle_pods_with_an_ip() {
-        let mut older = pod("older", true);
-        older.since = t(-10);
-        let starting = pod("starting", false);
-        let mut marked = pod("marked", true);
-        marked.marked = true;
-        let p = plan(
-            &snap(
-                4,
-                vec![pod("newer", true), older, starting, marked],
-                vec![claim("second", 5), claim("first", 1), claim("third", 9)],
-            ),
-            names(),
-        );
-        let binds: Vec<(String, String)> = p
-            .ops
-            .iter()
-            .filter_map(|o| match o {
-                PodOp::Bind { pod, claim, .. } => Some((claim.clone(), pod.clone())),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(
-            binds,
-            vec![
-                ("first".to_string(), "older".to_string()),
-                ("second".to_string(), "newer".to_string())
-            ],
-            "FIFO, the longest-idle Pod first, never a marked or unready Pod"
-        );
-        assert_eq!(p.queued, 1);
-        assert_eq!(p.counts.idle, 0);
-        assert_eq!(p.counts.claimed, 2);
-    }
-
-    #[test]
-    fn a_bound_pod_whose_claim_is_deleted_is_replaced_or_reused() {
-        let mut held = pod("a", true);
-        held.claim = Some(("gone".into(), "gone-uid".into()));
-        let p = plan(&snap(1, vec![held.clone()], vec![]), names());
-        assert_eq!(
-            p.ops,
-            vec![
-                PodOp::Delete {
-                    pod: "a".into(),
-                    uid: "a-uid".into(),
-                    resource_version: "1".into()
-                },
-                PodOp::Create("new-1".into())
-            ]
-        );
-        let mut s = snap(1, vec![held], vec![]);
-        s.recycle = RecyclePolicy::Reuse;
-        assert_eq!(
-            plan(&s, names()).ops,
-            vec![PodOp::Unclaim {
-                pod: "a".into(),
-                resource_version: "1".into()
-            }]
-        );
-    }
-
-    #[test]
-    fn a_missing_claim_in_an_unsynced_cache_releases_nothing() {
-        let mut held = pod("a", true);
-        held.claim = Some(("x".into(), "x-uid".into()));
-        let mut s = snap(1, vec![held], vec![]);
-        s.claims_synced = false;
-        assert_eq!(plan(&s, names()).ops, vec![]);
-    }
-
-    #[test]
-    fn a_crash_between_the_pod_and_the_claim_write_is_finished() {
-        let mut held = pod("a", true);
-        held.claim = Some(("c".into(), "c-uid".into()));
-        let p = plan(&snap(1, vec![held], vec![claim("c", 0)]), names());
-        assert_eq!(
-            p.ops,
-            vec![PodOp::FinishBind {
-                pod: "a".into(),
-                ip: Some("10.0.0.1".into()),
-                claim: "c".into()
-            }]
-        );
-        assert_eq!(p.queued, 0);
-    }
-
-    #[test]
-    fn a_pod_that_lost_a_binding_race_is_freed() {
-        let mut loser = pod("a", true);
-        loser.claim = Some(("c".into(), "c-uid".into()));
-        let mut c = claim("c", 0);
-        c.phase = Some("Bound".into());
-        c.pod_name = Some("b".into());
-        let p = plan(&snap(2, vec![loser, pod("b", true)], vec![c]), names());
-        assert!(p.ops.contains(&PodOp::Unclaim {
-            pod: "a".into(),
-            resource_version: "1".into()
-        }));
-    }
-
-    #[test]
-    fn a_released_claim_gives_its_pod_back() {
-        let mut held = pod("a", true);
-        held.claim = Some(("c".into(), "c-uid".into()));
-        let mut c = claim("c", 0);
-        c.phase = Some("Released".into());
-        c.pod_name = Some("a".into());
-        let p = plan(&snap(1, vec![held], vec![c]), names());
-        assert_eq!(p.ops.len(), 2, "{:?}", p.ops);
-        assert!(matches!(p.ops[0], PodOp::Delete { .. }));
-    }
-
-    #[test]
-    fn excess_pods_go_starting_first_never_claimed_or_marked() {
-        let mut held = pod("held", true);
-        held.claim = Some(("c".into(), "c-uid".into()));
-        let mut c = claim("c", 0);
-        c.phase = Some("Bound".into());
-        c.pod_name = Some("held".into());
-        let mut marked = pod("marked", true);
-        marked.marked = true;
-        let p = plan(
-            &snap(
-                2,
-                vec![held, marked, pod("idle", true), pod("starting", false)],
-                vec![c],
-            ),
-            names(),
-        );
-        let deleted: Vec<&str> = p
-            .ops
-            .iter()
-            .filter_map(|o| match o {
-                PodOp::Delete { pod, .. } => Some(pod.as_str()),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(deleted, vec!["starting", "idle"]);
-    }
-
-    #[test]
-    fn finished_pods_are_replaced() {
-        let mut done = pod("done", false);
-        done.finished = true;
-        let p = plan(&snap(1, vec![done], vec![]), names());
-        assert!(matches!(p.ops[0], PodOp::Delete { .. }));
-        assert_eq!(p.ops[1], PodOp::Create("new-1".into()));
-    }
-
-    #[test]
-    fn pod_names_are_valid_and_vary() {
-        let a = pod_name("pool", 1);
-        let b = pod_name("pool", 2);
-        assert_ne!(a, b);
-        assert!(a.starts_with("pool-") && a.len() == 10, "{a}");
-        assert!(pod_name(&"x".repeat(80), 7).len() <= 63);
-    }
-}
+#[path = "pool_tests.rs"]
+mod tests;

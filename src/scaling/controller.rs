@@ -31,6 +31,8 @@ use crate::runtime::{
 
 /// How long the sweep waits between passes when nothing wakes it.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+/// … and while a swept Deployment waits for its autoscaler.
+const WAITING_SWEEP: Duration = Duration::from_secs(2);
 
 /// The scaling controller, as the manager registers it.
 pub fn registered() -> Registered {
@@ -57,7 +59,14 @@ fn trim_deployment(d: &mut Deployment) {
 
 fn trim_hpa(h: &mut HorizontalPodAutoscaler) {
     cache::strip_last_applied(&mut h.metadata);
-    h.status = None;
+    // Only whether the HPA controller has seen the current spec is read.
+    let observed = h.status.as_ref().and_then(|s| s.observed_generation);
+    h.status = observed.map(
+        |g| k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscalerStatus {
+            observed_generation: Some(g),
+            ..Default::default()
+        },
+    );
 }
 
 fn trim_template<T: kube::Resource>(t: &mut T) {
@@ -192,9 +201,15 @@ where
 /// whenever a reconcile sees such an override, and every minute.
 async fn sweep_loop(shared: Arc<Shared>, shutdown: tokio_util::sync::CancellationToken) {
     loop {
+        // A Deployment waiting for its autoscaler to act on restored bounds is looked at
+        // again soon.
+        let mut next = SWEEP_INTERVAL;
         if shared.leader.is_leader() {
             let live: HashSet<String> = load::live_uids(&shared.stores);
             let targets = load::orphaned_targets(&shared.stores, &live);
+            if decide::sweep_waits(&targets) {
+                next = WAITING_SWEEP;
+            }
             let ops = decide::sweep(&targets);
             if !ops.is_empty() {
                 match shared.writer.sweep(&ops).await {
@@ -208,7 +223,7 @@ async fn sweep_loop(shared: Arc<Shared>, shutdown: tokio_util::sync::Cancellatio
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = shared.sweep.notified() => {}
-            _ = tokio::time::sleep(SWEEP_INTERVAL) => {}
+            _ = tokio::time::sleep(next) => {}
         }
     }
 }

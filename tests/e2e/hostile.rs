@@ -25,31 +25,10 @@ use kube::{
 };
 use serde_json::{Value, json};
 
+use crate::common::Rng;
 use crate::harness::{self, TEST_MANAGER, TestNamespace, moonin_api, wait_for};
 use crate::require_cluster;
 use crate::scaling::Rig;
-
-/// A small deterministic generator (SplitMix64): the same seed gives the same objects.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
 
 const BOUNDARY_NUMBERS: &[f64] = &[
     0.0,

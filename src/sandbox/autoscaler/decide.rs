@@ -1,8 +1,10 @@
 //! Decide: from a plain-data [`Snapshot`] of one Pool and `now`, the [`Decision`]. No
 //! client, no clock, no I/O: every branch is a table test in `decide_tests.rs`.
 //!
-//! One cycle, in order (DESIGN.md §2.2; the choices DESIGN.md leaves open are marked
-//! *policy*):
+//! One cycle, in order (the README's "Autoscaling"; the choices the design leaves open are
+//! marked *policy*). [`decide()`] reads as this list: phases 1 and 6 are here, the mark sweep and
+//! the session (2 and 5) in `session.rs`, scale-up (3) in `scale_up.rs`, scale-down (4) in
+//! `scale_down.rs`:
 //!
 //! 1. **Idle-zero bookkeeping**, also while autoscaling is off: `idleZeroSince` is set
 //!    when the Pool runs dry and cleared when it is not. *Policy*: "dry" means at most
@@ -81,6 +83,10 @@
 //! so the next cycle reads back exactly what this one decided and a steady state compares
 //! equal (no write, no Event).
 
+mod scale_down;
+mod scale_up;
+mod session;
+
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -91,6 +97,9 @@ use super::{
 };
 use crate::api::conditions::Desired;
 use crate::api::sandbox::{PoolAutoScalingStatus, ScaleDownSession, ScaleUpAttempt, ScalingGroup};
+use scale_down::ScaleDown;
+use scale_up::{Demand, Growth};
+use session::Sweep;
 
 /// A Pod, with what a guarded patch or delete needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -321,45 +330,10 @@ impl<'a> Pods<'a> {
             starting,
         }
     }
-}
 
-/// What the mark sweep found.
-#[derive(Default)]
-struct Sweep<'a> {
-    /// Claimed Pods that carry a mark.
-    claimed: Vec<&'a PoolPod>,
-    /// How many of those carry the open session's mark.
-    claimed_ours: i64,
-    /// Live, unclaimed Pods whose open-session mark expired.
-    expired_ours: Vec<&'a PoolPod>,
-    /// Live, unclaimed Pods whose expired mark belongs to another decision.
-    expired_other: Vec<&'a PoolPod>,
-    /// Live, unclaimed Pods with the open session's unexpired mark (awaiting deletion).
-    pending_ours: Vec<&'a PoolPod>,
-    /// Some live Pod carries an unexpired mark.
-    unexpired: bool,
-}
-
-impl<'a> Sweep<'a> {
-    fn of(pods: &'a [PoolPod], open: Option<&str>, now: Timestamp) -> Self {
-        let mut s = Sweep::default();
-        for pod in pods.iter().filter(|p| p.state != PodState::Terminating) {
-            let Some(mark) = &pod.mark else { continue };
-            let ours = open == Some(mark.decision.as_str());
-            let expired = mark.expires_at <= now;
-            s.unexpired |= !expired;
-            if pod.state == PodState::Claimed {
-                s.claimed.push(pod);
-                s.claimed_ours += i64::from(ours);
-            } else if expired && ours {
-                s.expired_ours.push(pod);
-            } else if expired {
-                s.expired_other.push(pod);
-            } else if ours {
-                s.pending_ours.push(pod);
-            }
-        }
-        s
+    /// How many Pods are idle.
+    fn idle_count(&self) -> i64 {
+        count(self.idle.len())
     }
 }
 
@@ -403,609 +377,199 @@ impl Policy {
     }
 }
 
-/// Decides one cycle of the Pool autoscaler. Pure: the same snapshot and `now` give the
-/// same decision. See the module docs for the rules.
-pub fn decide(snap: &Snapshot, now: Timestamp) -> Decision {
-    let stamp = whole_second(now);
-    let prev = &snap.pool.auto_scaling;
-    let spec = i64::from(snap.pool.replicas.max(0));
-    let pods = Pods::of(&snap.pods);
-    let idle = count(pods.idle.len());
-    let mut status = prev.clone();
-    let mut events = Vec::new();
-    let mut unmarks = Vec::new();
-    let mut requeue = Requeue::new(now);
-
-    // 1. Idle-zero bookkeeping.
-    let threshold = snap
-        .group
-        .as_ref()
-        .map_or(0, |g| i64::from(g.scale_up_policy.idle_threshold.max(0)));
-    let dry = idle <= threshold;
-    status.idle_zero_since = if dry {
-        prev.idle_zero_since.clone().or(Some(Time(stamp)))
-    } else {
-        None
-    };
-
-    // 2. Mark sweep.
-    let open_id = prev
-        .scale_down_session
-        .as_ref()
-        .filter(|s| is_open(s))
-        .map(|s| s.id.clone());
-    let sweep = Sweep::of(&snap.pods, open_id.as_deref(), now);
-    for pod in &sweep.claimed {
-        unmarks.push(PodUnmark {
-            pod: PodRef::of(pod),
-            reason: UnmarkReason::Claimed,
-        });
-    }
-    for pod in sweep.expired_ours.iter().chain(&sweep.expired_other) {
-        unmarks.push(PodUnmark {
-            pod: PodRef::of(pod),
-            reason: UnmarkReason::Expired,
-        });
-    }
-    if !sweep.claimed.is_empty() {
-        events.push(PoolEvent::warning(
-            reasons::MARKED_POD_CLAIMED,
-            format!(
-                "claimed Pod(s) {} carried a scale-down mark; mark removed, the Pod is kept",
-                names(&sweep.claimed)
-            ),
-        ));
-    }
-    if let Some(s) = status.scale_down_session.as_mut()
-        && is_open(s)
-        && !sweep.expired_ours.is_empty()
-    {
-        s.state = session_states::STUCK.to_string();
-        s.updated_at = Time(stamp);
-        let msg = format!(
-            "mark(s) on {} expired before the Pod(s) were deleted; marks removed",
-            names(&sweep.expired_ours)
-        );
-        events.push(PoolEvent::warning(
-            reasons::SCALE_DOWN_STUCK,
-            format!("scale-down {}: {msg}", s.id),
-        ));
-        s.message = Some(msg);
-    }
-    if !sweep.expired_other.is_empty() {
-        let mut decisions: Vec<&str> = sweep
-            .expired_other
-            .iter()
-            .filter_map(|p| p.mark.as_ref().map(|m| m.decision.as_str()))
-            .collect();
-        decisions.sort_unstable();
-        decisions.dedup();
-        events.push(PoolEvent::warning(
-            reasons::SCALE_DOWN_STUCK,
-            format!(
-                "expired scale-down mark(s) of decision(s) {} removed from {}",
-                decisions.join(", "),
-                names(&sweep.expired_other)
-            ),
-        ));
-    }
-    let still_open = status.scale_down_session.as_ref().is_some_and(is_open);
-
-    let enabled = snap.group.as_ref().filter(|g| g.enabled);
-    let Some(group) = enabled else {
-        return disabled(
-            snap, now, stamp, status, events, unmarks, &sweep, still_open,
-        );
-    };
-    let p = Policy::of(group, snap);
-
-    // 3. Scale-up.
-    let pending = i64::from(snap.queue.pending.max(0));
-    let creates = i64::from(snap.in_flight.creates.max(0));
-    let deletes = i64::from(snap.in_flight.deletes.max(0));
-    let owed = (spec - (pods.live - deletes) - creates).max(0);
-    let coming = pods.starting + creates + owed;
-    let in_use = snap
-        .last_claim_at
-        .is_some_and(|t| now < plus(t, p.idle_timeout));
-    let dry_since = status.idle_zero_since.as_ref().map(|t| t.0);
-    let quiet_over = dry_since.is_some_and(|t| plus(t, p.quiet) <= now);
-    // Only queued claims abort a session: a proactive wish does not undo a scale-down
-    // (the in-use buffer keeps a Pool from running dry through one, and a Pool shedding
-    // above the group max could not grow anyway). The session's marked Pods then return
-    // to the Pool and serve the claims first.
-    let abort = still_open && pending > 0;
-    let returned = if abort {
-        count(sweep.pending_ours.len())
-    } else {
-        0
-    };
-    let given_back = returned + sweep.claimed_ours;
-    let base = spec + given_back;
-    let reactive = (pending - idle - coming - returned).max(0);
-    let projected_idle = idle + coming + returned - pending;
-    let proactive = if dry && in_use && quiet_over && projected_idle <= p.threshold {
-        p.threshold + 1 - projected_idle
-    } else {
-        0
-    };
-    let want = reactive.max(proactive);
-
-    let cooldown_end = status
-        .last_scale_up_time
-        .as_ref()
-        .map(|t| plus(t.0, p.cooldown));
-    let in_cooldown = cooldown_end.is_some_and(|t| t > now);
-    let bypass = reactive > 0 && coming + returned == 0;
-    let step = if want > 0 && (!in_cooldown || bypass) {
-        want.min(p.up_step)
-    } else {
-        0
-    };
-    let limited_by_max = want > 0 && base + want.min(p.up_step) > p.pool_max;
-    let grown = if base >= p.pool_max {
-        base
-    } else {
-        (base + step).min(p.pool_max)
-    };
-    let target = grown.max(p.pool_min);
-    let wants_to_grow = want > 0 || p.pool_min > base;
-
-    let mut desired = base;
-    let mut attempted = false;
-    if target > base {
-        let gate = prev
-            .saturated_until
-            .as_ref()
-            .map(|t| t.0)
-            .filter(|t| *t > now);
-        if let Some(until) = gate {
-            requeue.at(until);
-        } else {
-            attempted = true;
-            let accepted = match snap.admission.headroom {
-                None => target,
-                Some(h) => target.min(base + i64::from(h.max(0))),
-            };
-            let result = if accepted == target {
-                attempt_results::FULL
-            } else if accepted > base {
-                attempt_results::PARTIAL
-            } else {
-                attempt_results::REJECTED
-            };
-            let attempt = ScaleUpAttempt {
-                from: to_i32(base),
-                target: to_i32(target),
-                accepted: to_i32(accepted),
-                result: result.to_string(),
-            };
-            desired = accepted;
-            if accepted > base {
-                status.last_scale_up_time = Some(Time(stamp));
-            }
-            let why = growth_reason(snap, &p, now, reactive, proactive, idle, coming, base);
-            if result == attempt_results::FULL {
-                status.saturated_until = None;
-                status.scale_up_error_message = None;
-                events.push(PoolEvent::normal(
-                    reasons::SCALED_UP,
-                    format!("scaled up from {base} to {target}: {why}"),
-                ));
-            } else {
-                let message = snap.admission.message.clone().unwrap_or_else(|| {
-                    format!(
-                        "the namespace accepts {} more Pod(s)",
-                        snap.admission.headroom.unwrap_or(0).max(0)
-                    )
-                });
-                let repeat = result == attempt_results::REJECTED
-                    && prev.last_scale_up_attempt.as_ref() == Some(&attempt)
-                    && prev.scale_up_error_message.as_ref() == Some(&message)
-                    && prev.saturated_until.is_some();
-                if !repeat {
-                    let backoff = p.cooldown.max(SATURATION_BACKOFF_MIN);
-                    status.saturated_until = Some(Time(plus(stamp, backoff)));
-                    status.scale_up_error_message = Some(message.clone());
-                    events.push(if result == attempt_results::PARTIAL {
-                        PoolEvent::warning(
-                            reasons::PARTIAL_SCALE_UP,
-                            format!(
-                                "scaled up from {base} to {accepted} of {target} wanted ({why}): {message}"
-                            ),
-                        )
-                    } else {
-                        PoolEvent::warning(
-                            reasons::SCALE_UP_REJECTED,
-                            format!("cannot scale up from {base} to {target} ({why}): {message}"),
-                        )
-                    });
-                }
-            }
-            status.last_scale_up_attempt = Some(attempt);
-        }
-    }
-    expire_saturation(&mut status, attempted, now);
-    if let Some(t) = &status.last_scale_up_time {
-        requeue.at(plus(t.0, p.cooldown));
-    }
-
-    // 4. Scale-down.
-    let mut ideal = base;
-    let mut limited_by_min = false;
-    let mut chosen: Vec<&PoolPod> = Vec::new();
-    let evaluate_down = !wants_to_grow && pending == 0 && !abort;
-    if evaluate_down {
-        let old_enough = count(
-            pods.idle
-                .iter()
-                .filter(|pod| {
-                    pod.idle_since
-                        .is_some_and(|t| plus(t, p.idle_timeout) <= now)
-                })
-                .count(),
-        );
-        let buffer = if in_use { p.threshold + 1 } else { 0 };
-        let removable = old_enough.min((idle - buffer).max(0));
-        let unfloored = base - removable;
-        limited_by_min = removable > 0 && unfloored < p.pool_min;
-        ideal = unfloored.max(p.pool_min).min(base);
-        if base > p.pool_max {
-            ideal = ideal.min(p.pool_max);
-        }
-        let window_start = now.checked_sub(p.stabilization).unwrap_or(Timestamp::MIN);
-        let in_window = || {
-            snap.history
-                .entries
-                .iter()
-                .filter(move |r| r.at > window_start)
-        };
-        let covered = snap.history.covers(window_start);
-        let mut stabilized = ideal;
-        for r in in_window() {
-            stabilized = stabilized.max(i64::from(r.replicas));
-        }
-        if !covered {
-            stabilized = stabilized.max(base);
-        }
-        if stabilized > ideal && base > ideal {
-            // The stabilized size drops once every recommendation holding it has left
-            // the window (and, when the history is short, once it covers the window).
-            let mut release = in_window()
-                .filter(|r| i64::from(r.replicas) >= stabilized)
-                .map(|r| r.at)
-                .max();
-            if !covered && base >= stabilized {
-                let since = snap.history.since.unwrap_or(now);
-                release = Some(release.map_or(since, |t| t.max(since)));
-            }
-            if let Some(t) = release {
-                requeue.at(plus(t, p.stabilization));
-            }
-        }
-        let mut lower_to = stabilized.max(base - p.down_step);
-        if base > p.pool_max {
-            lower_to = lower_to.min(p.pool_max.max(base - p.down_step));
-        }
-        let n = usize::try_from((base - lower_to).clamp(0, idle)).unwrap_or(0);
-        let settled =
-            creates == 0 && deletes == 0 && pods.live == spec && !sweep.unexpired && base == spec;
-        if n > 0 && settled {
-            chosen = pods.idle[..n].to_vec();
-        }
-    }
-    for pod in &pods.idle {
-        if let Some(t) = pod.idle_since {
-            requeue.at(plus(t, p.idle_timeout));
-        }
-    }
-    if let Some(t) = snap.last_claim_at {
-        requeue.at(plus(t, p.idle_timeout));
-    }
-    if let Some(t) = dry_since {
-        requeue.at(plus(t, p.quiet));
-    }
-
-    // 5. The session.
-    let mut marks = Vec::new();
-    if abort && let Some(s) = status.scale_down_session.as_mut() {
-        for pod in &sweep.pending_ours {
-            unmarks.push(PodUnmark {
-                pod: PodRef::of(pod),
-                reason: UnmarkReason::Aborted,
-            });
-        }
-        let msg = format!(
-            "aborted: {pending} claim(s) queued; {returned} marked Pod(s) returned to the Pool ({spec} → {base})"
-        );
-        s.state = session_states::ABORTED.to_string();
-        s.updated_at = Time(stamp);
-        s.removed = to_i32(i64::from(s.removed) - given_back);
-        events.push(PoolEvent::normal(
-            reasons::SCALE_DOWN_ABORTED,
-            format!("scale-down {}: {msg}", s.id),
-        ));
-        s.message = Some(msg);
-    } else if sweep.claimed_ours > 0
-        && let Some(s) = status.scale_down_session.as_mut()
-    {
-        s.removed = to_i32(i64::from(s.removed) - sweep.claimed_ours);
-        s.updated_at = Time(stamp);
-    }
-    if !chosen.is_empty() {
-        let n = count(chosen.len());
-        desired = base - n;
-        status.last_scale_down_time = Some(Time(stamp));
-        let why = if base > p.pool_max {
-            format!("above the group maximum of {}", p.pool_max)
-        } else {
-            format!("idle for at least {}s", p.idle_timeout.as_secs())
-        };
-        let open = status.scale_down_session.as_mut().filter(|s| is_open(s));
-        let (id, reason) = match open {
-            Some(s) => {
-                s.state = session_states::STEPPED.to_string();
-                s.target = to_i32(desired);
-                s.removed = to_i32(i64::from(s.removed) + n);
-                s.updated_at = Time(stamp);
-                s.message = Some(format!("marked {} ({why})", names(&chosen)));
-                (s.id.clone(), reasons::SCALE_DOWN_STEPPED)
-            }
-            None => {
-                let id = decision_id(&snap.pool.name, now);
-                status.scale_down_session = Some(ScaleDownSession {
-                    id: id.clone(),
-                    state: session_states::STARTED.to_string(),
-                    from: to_i32(base),
-                    target: to_i32(desired),
-                    started_at: Time(stamp),
-                    updated_at: Time(stamp),
-                    removed: to_i32(n),
-                    message: Some(format!("marked {} ({why})", names(&chosen))),
-                });
-                (id, reasons::SCALE_DOWN_STARTED)
-            }
-        };
-        events.push(PoolEvent::normal(
-            reason,
-            format!(
-                "scale-down {id}: marked {} ({why}); {base} → {desired}",
-                names(&chosen)
-            ),
-        ));
-        let mark = ScaleDownMark {
-            decision: id,
-            expires_at: plus(stamp, MARK_TTL),
-        };
-        requeue.at(mark.expires_at);
-        marks = chosen
-            .iter()
-            .map(|pod| PodMark {
-                pod: PodRef::of(pod),
-                mark: mark.clone(),
-            })
-            .collect();
-    } else if !abort
-        && let Some(s) = status.scale_down_session.as_mut()
-        && is_open(s)
-        && sweep.pending_ours.is_empty()
-        && deletes == 0
-    {
-        let msg = format!(
-            "completed: {} → {desired}, {} Pod(s) removed",
-            s.from, s.removed
-        );
-        s.state = session_states::COMPLETED.to_string();
-        s.updated_at = Time(stamp);
-        events.push(PoolEvent::normal(
-            reasons::SCALE_DOWN_COMPLETED,
-            format!("scale-down {}: {msg}", s.id),
-        ));
-        s.message = Some(msg);
-    }
-    mark_requeue(&mut requeue, &snap.pods, &unmarks);
-    if let Some(t) = &status.saturated_until {
-        requeue.at(t.0);
-    }
-
-    status.desired_replicas = Some(to_i32(desired));
-    let recommendation = Recommendation {
-        at: now,
-        replicas: to_i32(if desired > base {
-            desired
-        } else if evaluate_down {
-            ideal
-        } else {
-            base
-        }),
-    };
-    let limited = if limited_by_max {
-        Desired::new(
-            condition_types::SCALING_LIMITED,
-            true,
-            reasons::GROUP_MAX_REACHED,
-            format!(
-                "group {} allows {} Pod(s) over its Pools and the other Pools hold {}: this Pool stays at or below {}",
-                group.name, group.max_replicas, p.siblings, p.pool_max
-            ),
-        )
-    } else if limited_by_min {
-        Desired::new(
-            condition_types::SCALING_LIMITED,
-            true,
-            reasons::GROUP_MIN_REACHED,
-            format!(
-                "group {} keeps at least {} Pod(s) over its Pools and the other Pools hold {}: this Pool stays at or above {}",
-                group.name, group.min_replicas, p.siblings, p.pool_min
-            ),
-        )
-    } else {
-        Desired::new(
-            condition_types::SCALING_LIMITED,
-            false,
-            reasons::WITHIN_BOUNDS,
-            "",
-        )
-    };
-    Decision {
-        desired_replicas: to_i32(desired),
-        conditions: vec![saturated_condition(&status), limited],
-        status,
-        marks,
-        unmarks,
-        recommendation,
-        events,
-        requeue_at: requeue.at,
-    }
+/// One cycle's answer as it is built, phase by phase: the next status, the marks to
+/// remove, the Events and the requeue instant (the seed's write accumulator, without I/O).
+struct Cycle<'a> {
+    snap: &'a Snapshot,
+    now: Timestamp,
+    /// `now` at whole seconds: every timestamp the cycle writes.
+    stamp: Timestamp,
+    /// `spec.replicas`, at least 0.
+    spec: i64,
+    status: PoolAutoScalingStatus,
+    marks: Vec<PodMark>,
+    unmarks: Vec<PodUnmark>,
+    events: Vec<PoolEvent>,
+    requeue: Requeue,
 }
 
-/// The cycle of a Pool whose autoscaling is off (no group, or `enabled: false`).
-#[allow(clippy::too_many_arguments)]
-fn disabled(
-    snap: &Snapshot,
-    now: Timestamp,
-    stamp: Timestamp,
-    mut status: PoolAutoScalingStatus,
-    mut events: Vec<PoolEvent>,
-    mut unmarks: Vec<PodUnmark>,
-    sweep: &Sweep<'_>,
-    still_open: bool,
-) -> Decision {
-    let why = match &snap.group {
-        Some(g) => format!("autoscaling group {} is disabled", g.name),
-        None => "the Pool has no autoscaling group".to_string(),
-    };
-    if still_open && let Some(s) = status.scale_down_session.as_mut() {
-        for pod in &sweep.pending_ours {
-            unmarks.push(PodUnmark {
-                pod: PodRef::of(pod),
-                reason: UnmarkReason::Aborted,
-            });
+impl<'a> Cycle<'a> {
+    fn new(snap: &'a Snapshot, now: Timestamp) -> Self {
+        Self {
+            snap,
+            now,
+            stamp: whole_second(now),
+            spec: i64::from(snap.pool.replicas.max(0)),
+            status: snap.pool.auto_scaling.clone(),
+            marks: Vec::new(),
+            unmarks: Vec::new(),
+            events: Vec::new(),
+            requeue: Requeue::new(now),
         }
-        let msg = format!("aborted: {why}; marks removed");
-        s.state = session_states::ABORTED.to_string();
-        s.updated_at = Time(stamp);
-        events.push(PoolEvent::normal(
-            reasons::SCALE_DOWN_ABORTED,
-            format!("scale-down {}: {msg}", s.id),
-        ));
-        s.message = Some(msg);
     }
-    expire_saturation(&mut status, false, now);
-    status.desired_replicas = Some(snap.pool.replicas.max(0));
-    let mut requeue = Requeue::new(now);
-    mark_requeue(&mut requeue, &snap.pods, &unmarks);
-    if let Some(t) = &status.saturated_until {
-        requeue.at(t.0);
+
+    /// The status as the last cycle wrote it.
+    fn prev(&self) -> &'a PoolAutoScalingStatus {
+        &self.snap.pool.auto_scaling
     }
-    Decision {
-        desired_replicas: snap.pool.replicas.max(0),
-        conditions: vec![
-            saturated_condition(&status),
+
+    /// Phase 1, idle-zero bookkeeping (also while autoscaling is off): `idleZeroSince` is
+    /// set when the Pool runs dry (at most `idleThreshold` idle Pods) and cleared when it
+    /// is not. Whether the Pool is dry.
+    fn idle_zero_bookkeeping(&mut self, pods: &Pods<'_>) -> bool {
+        let threshold = self
+            .snap
+            .group
+            .as_ref()
+            .map_or(0, |g| i64::from(g.scale_up_policy.idle_threshold.max(0)));
+        let dry = pods.idle_count() <= threshold;
+        self.status.idle_zero_since = if dry {
+            self.prev()
+                .idle_zero_since
+                .clone()
+                .or(Some(Time(self.stamp)))
+        } else {
+            None
+        };
+        dry
+    }
+
+    /// Requeue at the boundaries the next cycles wait for: an idle Pod reaching its
+    /// timeout, the end of "in use", the end of the quiet window.
+    fn requeue_at_boundaries(&mut self, pods: &Pods<'_>, demand: &Demand, p: &Policy) {
+        for pod in &pods.idle {
+            if let Some(t) = pod.idle_since {
+                self.requeue.at(plus(t, p.idle_timeout));
+            }
+        }
+        if let Some(t) = self.snap.last_claim_at {
+            self.requeue.at(plus(t, p.idle_timeout));
+        }
+        if let Some(t) = demand.dry_since {
+            self.requeue.at(plus(t, p.quiet));
+        }
+    }
+
+    /// The cycle of a Pool whose autoscaling is off (no group, or `enabled: false`): no
+    /// scaling, `desiredReplicas = spec.replicas`; an open session is aborted, its marks
+    /// removed and nothing given back (`spec.replicas` belongs to the Env's baseline).
+    fn disabled(mut self, sweep: &Sweep<'_>) -> Decision {
+        let why = match &self.snap.group {
+            Some(g) => format!("autoscaling group {} is disabled", g.name),
+            None => "the Pool has no autoscaling group".to_string(),
+        };
+        if sweep.still_open {
+            self.abort_session(sweep, &format!("aborted: {why}; marks removed"));
+        }
+        scale_up::expire_saturation(&mut self.status, false, self.now);
+        let replicas = self.snap.pool.replicas.max(0);
+        self.status.desired_replicas = Some(replicas);
+        self.requeue_at_expiries();
+        Decision {
+            desired_replicas: replicas,
+            conditions: vec![
+                scale_up::saturated_condition(&self.status),
+                Desired::new(
+                    condition_types::SCALING_LIMITED,
+                    false,
+                    reasons::AUTOSCALING_DISABLED,
+                    why,
+                ),
+            ],
+            status: self.status,
+            marks: Vec::new(),
+            unmarks: self.unmarks,
+            recommendation: Recommendation {
+                at: self.now,
+                replicas,
+            },
+            events: self.events,
+            requeue_at: self.requeue.at,
+        }
+    }
+
+    /// The Decision of an enabled cycle: the size, the recommendation this cycle would
+    /// choose on its own, and `ScalingLimited` naming the group bound that held the Pool.
+    fn finish(
+        mut self,
+        group: &ScalingGroup,
+        p: &Policy,
+        base: i64,
+        growth: &Growth,
+        down: &ScaleDown<'_>,
+        desired: i64,
+    ) -> Decision {
+        self.status.desired_replicas = Some(to_i32(desired));
+        let recommended = if desired > base {
+            desired
+        } else if down.evaluated {
+            down.ideal
+        } else {
+            base
+        };
+        let limited = if growth.limited_by_max {
+            Desired::new(
+                condition_types::SCALING_LIMITED,
+                true,
+                reasons::GROUP_MAX_REACHED,
+                format!(
+                    "group {} allows {} Pod(s) over its Pools and the other Pools hold {}: this Pool stays at or below {}",
+                    group.name, group.max_replicas, p.siblings, p.pool_max
+                ),
+            )
+        } else if down.limited_by_min {
+            Desired::new(
+                condition_types::SCALING_LIMITED,
+                true,
+                reasons::GROUP_MIN_REACHED,
+                format!(
+                    "group {} keeps at least {} Pod(s) over its Pools and the other Pools hold {}: this Pool stays at or above {}",
+                    group.name, group.min_replicas, p.siblings, p.pool_min
+                ),
+            )
+        } else {
             Desired::new(
                 condition_types::SCALING_LIMITED,
                 false,
-                reasons::AUTOSCALING_DISABLED,
-                why,
-            ),
-        ],
-        status,
-        marks: Vec::new(),
-        unmarks,
-        recommendation: Recommendation {
-            at: now,
-            replicas: snap.pool.replicas.max(0),
-        },
-        events,
-        requeue_at: requeue.at,
-    }
-}
-
-/// Clears the saturation fields once `saturatedUntil` has passed without a new attempt.
-fn expire_saturation(status: &mut PoolAutoScalingStatus, attempted: bool, now: Timestamp) {
-    if !attempted && status.saturated_until.as_ref().is_some_and(|t| t.0 <= now) {
-        status.saturated_until = None;
-        status.scale_up_error_message = None;
-    }
-}
-
-/// Requeue at the expiry of every mark left in place.
-fn mark_requeue(requeue: &mut Requeue, pods: &[PoolPod], unmarks: &[PodUnmark]) {
-    for pod in pods.iter().filter(|p| p.state != PodState::Terminating) {
-        if let Some(m) = &pod.mark
-            && !unmarks.iter().any(|u| u.pod.name == pod.name)
-        {
-            requeue.at(m.expires_at);
+                reasons::WITHIN_BOUNDS,
+                "",
+            )
+        };
+        Decision {
+            desired_replicas: to_i32(desired),
+            conditions: vec![scale_up::saturated_condition(&self.status), limited],
+            status: self.status,
+            marks: self.marks,
+            unmarks: self.unmarks,
+            recommendation: Recommendation {
+                at: self.now,
+                replicas: to_i32(recommended),
+            },
+            events: self.events,
+            requeue_at: self.requeue.at,
         }
     }
 }
 
-/// `Saturated`, from the next status: True while `saturatedUntil` is set.
-fn saturated_condition(status: &PoolAutoScalingStatus) -> Desired {
-    if status.saturated_until.is_none() {
-        return Desired::new(
-            condition_types::SATURATED,
-            false,
-            reasons::NOT_SATURATED,
-            "",
-        );
-    }
-    let attempt = status.last_scale_up_attempt.as_ref();
-    let reason = match attempt.map(|a| a.result.as_str()) {
-        Some(attempt_results::PARTIAL) => reasons::PARTIAL_SCALE_UP,
-        _ => reasons::SCALE_UP_REJECTED,
+/// Decides one cycle of the Pool autoscaler. Pure: the same snapshot and `now` give the
+/// same decision. The phases, in the order of the module docs.
+pub fn decide(snap: &Snapshot, now: Timestamp) -> Decision {
+    let mut cycle = Cycle::new(snap, now);
+    let pods = Pods::of(&snap.pods);
+    let dry = cycle.idle_zero_bookkeeping(&pods);
+    let sweep = cycle.sweep_marks();
+    let Some(group) = snap.group.as_ref().filter(|g| g.enabled) else {
+        return cycle.disabled(&sweep);
     };
-    let sizes = attempt.map_or(String::new(), |a| {
-        format!(
-            "; the last scale-up from {} to {} was accepted up to {}",
-            a.from, a.target, a.accepted
-        )
-    });
-    Desired::new(
-        condition_types::SATURATED,
-        true,
-        reason,
-        format!(
-            "{}{sizes}",
-            status.scale_up_error_message.clone().unwrap_or_default()
-        ),
-    )
-}
-
-/// Why the Pool grows, for the Event.
-#[allow(clippy::too_many_arguments)]
-fn growth_reason(
-    snap: &Snapshot,
-    p: &Policy,
-    now: Timestamp,
-    reactive: i64,
-    proactive: i64,
-    idle: i64,
-    coming: i64,
-    base: i64,
-) -> String {
-    if reactive > 0 {
-        let oldest = snap.queue.oldest_pending_since.map_or(String::new(), |t| {
-            format!(
-                ", the oldest waiting {}s",
-                now.duration_since(t).as_secs().max(0)
-            )
-        });
-        format!(
-            "{} claim(s) queued{oldest}, {idle} idle, {coming} Pod(s) on the way",
-            snap.queue.pending
-        )
-    } else if proactive > 0 {
-        format!(
-            "{idle} idle Pod(s) (threshold {}) for at least {}s",
-            p.threshold,
-            p.quiet.as_secs()
-        )
-    } else if p.pool_min > base {
-        format!("below the group minimum ({} for this Pool)", p.pool_min)
-    } else {
-        "growth requested".to_string()
-    }
+    let policy = Policy::of(group, snap);
+    let demand = Demand::of(&cycle, &pods, &sweep, &policy, dry);
+    let growth = Growth::limited(&demand, &policy, &cycle.status, now);
+    let mut desired = cycle.probe_admission(&demand, &growth, &policy);
+    let down = cycle.scale_down(&pods, &demand, &growth, &policy, &sweep);
+    cycle.requeue_at_boundaries(&pods, &demand, &policy);
+    cycle.scale_down_session(&demand, &down, &policy, &sweep, &mut desired);
+    cycle.requeue_at_expiries();
+    cycle.finish(group, &policy, demand.base, &growth, &down, desired)
 }
 
 #[cfg(test)]

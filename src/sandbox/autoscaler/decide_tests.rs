@@ -1597,6 +1597,8 @@ fn arb_pod() -> impl Strategy<Value = (u8, bool, bool, Option<i64>, Option<(u8, 
 
 const OPEN: &str = "web-a-1";
 
+// A table (or a generator) reads best whole.
+#[allow(clippy::too_many_lines)]
 fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
     let group = prop::option::weighted(
         0.9,

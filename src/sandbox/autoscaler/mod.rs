@@ -1,7 +1,9 @@
-//! The SandboxPool autoscaler's pure core: a plain-data [`Snapshot`] of one Pool goes into
-//! [`decide()`], which returns the [`Decision`]: the new `spec.replicas`, the complete next
+//! The SandboxPool autoscaler: a plain-data [`Snapshot`] of one Pool goes into [`decide()`],
+//! which returns the [`Decision`]: the new `spec.replicas`, the complete next
 //! `status.autoScaling`, the Pods to mark or unmark, the conditions, the Events and when to
-//! look again. No client, no clock, no I/O (DESIGN.md §1 and §2.2).
+//! look again. `snapshot.rs` and `decide.rs` are its pure core: no client, no clock, no I/O
+//! (ARCHITECTURE.md, rule 1); `commit.rs` performs the decision (Load is the pool's,
+//! [`crate::sandbox::load`]).
 //!
 //! Every name the autoscaler writes (annotation key, condition types, reasons, session
 //! states, attempt results) is defined once, here; Load and Commit use these constants.
@@ -15,16 +17,19 @@
 //! 2. write `spec.replicas` = [`Decision::desired_replicas`] (server-side apply, field
 //!    manager `moonin-sandbox-autoscaler`, guarded by the Pool's `resourceVersion`), when
 //!    it changed;
-//! 3. write the status once: `autoScaling` = [`Decision::status`] and the
+//! 3. delete the Pods the open session marked (the second phase of a scale-down), each
+//!    with a UID + `resourceVersion` precondition, never a claimed Pod; a refused delete is
+//!    retried soon;
+//! 4. write the status once: `autoScaling` = [`Decision::status`] and the
 //!    [`Decision::conditions`] merged into the Pool's conditions, when either changed;
-//! 4. publish [`Decision::events`], only after the writes succeeded;
-//! 5. record [`Decision::recommendation`] in the Pool's [`RecommendationHistory`] and
+//! 5. publish [`Decision::events`], only after the writes succeeded;
+//! 6. record [`Decision::recommendation`] in the Pool's [`RecommendationHistory`] and
 //!    requeue at [`Decision::requeue_at`].
 //!
-//! Marked Pods are deleted by the pool controller (it finds more Pods than `spec.replicas`
-//! and removes marked Pods first, with a UID + `resourceVersion` precondition), never by
-//! the autoscaler and never a claimed Pod.
+//! Steps 1–3 come before the pool plan, which then works to the new size; step 4 is the
+//! Pool's one status write, shared with the pool plan's counts and conditions.
 
+pub mod commit;
 pub mod decide;
 pub mod snapshot;
 
@@ -48,7 +53,8 @@ pub const MARK_TTL: SignedDuration = SignedDuration::from_secs(60);
 /// full quota into a hot loop of rejected attempts.
 pub const SATURATION_BACKOFF_MIN: SignedDuration = SignedDuration::from_secs(10);
 
-/// The slow safety resync: a Pool is decided again at least this often.
+/// The slow safety resync: a Pool is decided again at least this often (and the sandbox
+/// controllers look at every claim and Env at least this often too).
 pub const RESYNC: SignedDuration = SignedDuration::from_mins(5);
 
 /// Condition types the autoscaler owns on a `SandboxPool` (it is their only writer).

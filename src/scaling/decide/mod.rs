@@ -39,7 +39,7 @@ pub mod status;
 pub use plan::{
     EventNote, Finalizer, ObjectKind, Op, Plan, Wave, Write, override_hash, provisional_name, state,
 };
-pub use restore::sweep;
+pub use restore::{sweep, sweep_waits};
 pub use snapshot::{
     Autoscaler, AutoscalerKind, Marks, Original, OwnerRecord, Snapshot, Target, TargetKey,
     TemplateKind, TemplateView, Workload,
@@ -54,6 +54,10 @@ pub const MAX_REAPPLIES: i32 = 3;
 pub const EXECUTIONS_KEPT: usize = 10;
 /// The slow safety resync: a template is looked at again at least this often.
 pub const RESYNC: SignedDuration = SignedDuration::from_mins(5);
+/// How soon a Deployment whose restore waits for its autoscaler is looked at again.
+pub const WAITING_RECHECK: SignedDuration = SignedDuration::from_secs(2);
+/// The message of an action whose autoscaler is restored and whose Deployment waits.
+pub const WAITING_FOR_AUTOSCALER: &str = "override reverted on the autoscaler; the Deployment's replicas come back once its controller has acted on the restored bounds";
 
 /// The template's window at `now`: valid or why not, evaluated, open or not.
 pub(super) struct Resolved {
@@ -131,10 +135,15 @@ pub fn decide(snap: &Snapshot, now: Timestamp) -> Plan {
     for a in &order {
         holder_of.entry(t.target_key(a)).or_insert(&a.name);
     }
-    let (mut ops, reverted) = restore::plan_restores(snap, window.active.is_some(), &holder_of);
+    let restores = restore::plan_restores(snap, window.active.is_some(), &holder_of);
+    let mut ops = restores.ops;
     let mut outcomes = Vec::new();
     for a in &order {
-        let outcome = plan_action(snap, a, &window, &holder_of, &reverted);
+        let mut outcome = plan_action(snap, a, &window, &holder_of, &restores.reverted);
+        if restores.waiting.contains(&a.name) && outcome.status.state != state::APPLIED {
+            outcome.status.state = state::REVERTED.to_string();
+            outcome.status.message = Some(WAITING_FOR_AUTOSCALER.to_string());
+        }
         let wave = Wave {
             phase: 1,
             priority: a.priority_up,
@@ -143,7 +152,8 @@ pub fn decide(snap: &Snapshot, now: Timestamp) -> Plan {
         outcomes.push(outcome);
     }
     let mut events = status::warnings(&t.status, &outcomes);
-    let (phase, desired) = status::conditions(snap, &window, &outcomes, &mut events);
+    let restoring = !restores.waiting.is_empty();
+    let (phase, desired) = status::conditions(snap, &window, &outcomes, restoring, &mut events);
     let executions = status::executions(&t.status, &window, &outcomes, now);
     let status = ScalingTemplateStatus {
         observed_generation: t.generation,
@@ -177,11 +187,18 @@ pub fn decide(snap: &Snapshot, now: Timestamp) -> Plan {
         ),
     };
     let finalizer = match (t.deleting, t.has_finalizer) {
-        (true, true) if ops.is_empty() => Finalizer::Remove,
+        (true, true) if ops.is_empty() && restores.waiting.is_empty() => Finalizer::Remove,
         (_, true) | (true, false) => Finalizer::Keep,
         (false, false) => Finalizer::Add,
     };
     let resync = now.saturating_add(RESYNC).unwrap_or(now);
+    // A Deployment waiting for its autoscaler is looked at again soon even if no change of
+    // the autoscaler wakes the template.
+    let resync = if restores.waiting.is_empty() {
+        resync
+    } else {
+        now.saturating_add(WAITING_RECHECK).unwrap_or(now)
+    };
     let requeue_at = window
         .evaluated
         .as_ref()
@@ -256,4 +273,5 @@ fn plan_action(
 }
 
 #[cfg(test)]
+#[path = "decide_tests.rs"]
 mod tests;

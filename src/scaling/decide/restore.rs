@@ -1,6 +1,10 @@
 //! Planning the restore: putting back exactly what an override replaced, carrier first,
 //! Deployment second. Only fields Moonin still owns (per `managedFields`) are restored, so
 //! a value someone else wrote in the meantime is never clobbered.
+//!
+//! The Deployment's replicas come back only once the autoscaler's controller has acted on
+//! the restored bounds (a later plan): restored together, an HPA controller still working
+//! from the override's minimum scales the Deployment right back up.
 
 use std::collections::BTreeMap;
 
@@ -35,14 +39,9 @@ pub(super) fn revert_target(
     key: &TargetKey,
     target: &Target,
     owned: &dyn Fn(&Marks) -> bool,
-    keep_carrier: Option<&str>,
 ) -> Vec<Op> {
     let mut carriers = Carriers::default();
-    for a in &target.autoscalers {
-        // KEDA copies a ScaledObject's annotations onto its HPA: those copies are KEDA's.
-        if !owned(&a.marks) || keep_carrier == Some(a.name.as_str()) || a.keda_owner.is_some() {
-            continue;
-        }
+    for a in restored_carriers(target, owned) {
         // Never drop restore data that cannot be read: decide reports it instead.
         if a.marks.unreadable.is_some() {
             continue;
@@ -69,9 +68,30 @@ pub(super) fn revert_target(
         carriers.restored_bounds = Some(bounds);
         carriers.ops.push(op);
     }
+    let waits = !carriers.ops.is_empty() || target.autoscalers.iter().any(|a| a.unobserved);
     let mut ops = std::mem::take(&mut carriers.ops);
-    ops.extend(restore_deployment(key, target, owned, carriers));
+    ops.extend(restore_deployment(key, target, owned, carriers, waits));
     ops
+}
+
+/// The autoscalers of `target` whose override `owned` releases (KEDA copies a ScaledObject's
+/// annotations onto its HPA: those copies are KEDA's, not a carrier).
+fn restored_carriers<'a>(
+    target: &'a Target,
+    owned: &'a dyn Fn(&Marks) -> bool,
+) -> impl Iterator<Item = &'a Autoscaler> + 'a {
+    target
+        .autoscalers
+        .iter()
+        .filter(move |a| owned(&a.marks) && a.keda_owner.is_none())
+}
+
+/// Whether the Deployment of `target`, marked by an override `owned` releases, waits for a
+/// later plan: its carrier is restored now, or the restored bounds are not acted on yet.
+pub(super) fn deployment_waits(target: &Target, owned: &dyn Fn(&Marks) -> bool) -> bool {
+    target.deployment.as_ref().is_some_and(|d| owned(&d.marks))
+        && (restored_carriers(target, owned).next().is_some()
+            || target.autoscalers.iter().any(|a| a.unobserved))
 }
 
 /// Deletes a provisional HPA (it carries nothing else), guarded by UID and resourceVersion.
@@ -182,9 +202,14 @@ fn restore_deployment(
     target: &Target,
     owned: &dyn Fn(&Marks) -> bool,
     carriers: Carriers,
+    waits: bool,
 ) -> Option<Op> {
     let d = target.deployment.as_ref()?;
     let annotated = owned(&d.marks);
+    // Its own record stays on it until the autoscaler has acted on the restored bounds.
+    if annotated && waits {
+        return None;
+    }
     // The Deployment is restored from its own record; if a crash came between the
     // carrier's write and the Deployment's, from the carrier's record instead.
     let restore_to = if annotated {
@@ -202,7 +227,15 @@ fn restore_deployment(
     if !annotated && restore_to.is_none() {
         return None;
     }
-    let clamp = |r: i32| match carriers.restored_bounds {
+    // Restored in an earlier plan, the carrier holds the restored bounds now.
+    let bounds = carriers.restored_bounds.or_else(|| {
+        target
+            .autoscalers
+            .iter()
+            .find(|a| !a.provisional && a.keda_owner.is_none())
+            .map(|a| (a.min, a.max))
+    });
+    let clamp = |r: i32| match bounds {
         Some((lo, hi)) => r.max(lo.unwrap_or(r)).min(hi.unwrap_or(r)),
         None => r,
     };
@@ -252,19 +285,26 @@ pub fn sweep(targets: &BTreeMap<TargetKey, Target>) -> Vec<Op> {
     let orphan = |m: &Marks| m.owner.is_some() && !m.owner_live;
     targets
         .iter()
-        .flat_map(|(key, target)| revert_target(key, target, &orphan, None))
+        .flat_map(|(key, target)| revert_target(key, target, &orphan))
         .collect()
+}
+
+/// Whether a swept target's Deployment waits for its autoscaler (see [`sweep`]).
+pub fn sweep_waits(targets: &BTreeMap<TargetKey, Target>) -> bool {
+    let orphan = |m: &Marks| m.owner.is_some() && !m.owner_live;
+    targets.values().any(|t| deployment_waits(t, &orphan))
 }
 
 /// The restores a template's plan starts with: every target carrying its marks that no
 /// action of an open window holds (`kept` names the holder of each target), ordered by
-/// `priorityDown`. Also returns the actions reverted.
+/// `priorityDown`.
 pub(super) fn plan_restores(
     snap: &Snapshot,
     window_open: bool,
     kept: &BTreeMap<TargetKey, &str>,
-) -> (Vec<Op>, Vec<String>) {
+) -> Restores {
     let t = &snap.template;
+    let mut waiting = Vec::new();
     let mut reverts: Vec<(i32, String, Vec<Op>)> = Vec::new();
     for (key, target) in &snap.targets {
         let keep = if window_open {
@@ -277,7 +317,16 @@ pub(super) fn plan_restores(
                 .as_ref()
                 .is_some_and(|o| o.uid == t.uid && Some(o.action.as_str()) != keep)
         };
-        let ops = revert_target(key, target, &releasable, None);
+        let ops = revert_target(key, target, &releasable);
+        if deployment_waits(target, &releasable) {
+            waiting.extend(
+                target
+                    .deployment
+                    .as_ref()
+                    .and_then(|d| d.marks.owner.as_ref())
+                    .map(|o| o.action.clone()),
+            );
+        }
         if let Some(first) = ops.first() {
             let action = first.action.clone();
             let prio = t
@@ -299,7 +348,21 @@ pub(super) fn plan_restores(
             })
         })
         .collect();
-    (ops, reverted)
+    Restores {
+        ops,
+        reverted,
+        waiting,
+    }
+}
+
+/// The restores of one plan.
+pub(super) struct Restores {
+    /// The writes, reverts by `priorityDown`.
+    pub ops: Vec<Op>,
+    /// The actions whose overrides are (being) reverted.
+    pub reverted: Vec<String>,
+    /// The actions whose Deployment waits for its autoscaler before its replicas come back.
+    pub waiting: Vec<String>,
 }
 
 /// A provisional HPA of this template that a real autoscaler has since replaced: removed.
@@ -312,5 +375,5 @@ pub(super) fn replaced_provisional(
         deployment: None,
         autoscalers: vec![provisional.clone()],
     };
-    revert_target(key, &only, &|m| is_ours(m, uid), None)
+    revert_target(key, &only, &|m| is_ours(m, uid))
 }

@@ -140,6 +140,11 @@ pub struct Autoscaler {
     /// The field manager that last wrote each spec field (from `managedFields`), for the
     /// min and max fields.
     pub managers: BTreeMap<String, String>,
+    /// Moonin changed it moments ago and its controller has not acted on that yet (an HPA
+    /// whose `status.observedGeneration` is behind; a ScaledObject whose HPA KEDA has not
+    /// brought to the new bounds): a restore of the Deployment waits, or the controller,
+    /// acting on the old bounds, could scale it right back.
+    pub unobserved: bool,
 }
 
 /// The Deployment an action scales.

@@ -49,6 +49,7 @@ pub(super) fn conditions(
     snap: &Snapshot,
     window: &Resolved,
     outcomes: &[Outcome],
+    restoring: bool,
     events: &mut Vec<EventNote>,
 ) -> (&'static str, Vec<Desired>) {
     let t = &snap.template;
@@ -75,7 +76,7 @@ pub(super) fn conditions(
             if t.deleting { "Idle" } else { state }
         }
     };
-    desired.push(reconciling(window, outcomes));
+    desired.push(reconciling(window, outcomes, restoring));
     desired.push(active(t.deleting, window));
     desired.push(conflict(outcomes));
     desired.push(reverted(prev, window, outcomes));
@@ -179,7 +180,15 @@ fn progress(window: &Resolved, outcomes: &[Outcome]) -> String {
     }
 }
 
-fn reconciling(window: &Resolved, outcomes: &[Outcome]) -> Desired {
+fn reconciling(window: &Resolved, outcomes: &[Outcome], restoring: bool) -> Desired {
+    if restoring {
+        return Desired::new(
+            types::RECONCILING,
+            true,
+            reasons::WAITING,
+            super::WAITING_FOR_AUTOSCALER,
+        );
+    }
     let waiting = outcomes
         .iter()
         .find(|o| o.status.state == state::PENDING && window.active.is_some());

@@ -165,6 +165,7 @@ fn hpa(name: &str, min: Option<i32>, max: Option<i32>) -> Autoscaler {
         original: None,
         applied_hash: None,
         managers: BTreeMap::new(),
+        unobserved: false,
     }
 }
 
@@ -761,7 +762,7 @@ fn override_of_a_deleted_template_waits_for_restore_and_sweep_reverts_it() {
         template(vec![checkout()]),
         vec![("checkout", orphaned_target())],
     );
-    let plan = decide(&s, now());
+    let plan = decide_through_restore(&s, now());
     assert_eq!(writes(&plan.ops), vec![]);
     assert_eq!(states(&plan.status), vec![("checkout", "Pending")]);
     assert_cond(
@@ -773,7 +774,13 @@ fn override_of_a_deleted_template_waits_for_restore_and_sweep_reverts_it() {
     );
     assert_cond(&plan.status, "Conflict", false, "NoConflict", "");
 
-    let swept = sweep(&s.targets);
+    // The autoscaler first; the Deployment once its controller has acted on that.
+    let mut after = s.clone();
+    let mut swept = sweep(&after.targets);
+    assert!(sweep_waits(&after.targets));
+    play(&mut after, &swept);
+    assert!(!sweep_waits(&after.targets));
+    swept.extend(sweep(&after.targets));
     assert_eq!(
         writes(&swept),
         vec![
@@ -1182,7 +1189,7 @@ fn window_end_restores_exact_originals_and_closes_the_execution() {
     target.autoscalers[0].original = Some(original(AutoscalerKind::Hpa, None, Some(20), Some(3)));
     let mut tv = template(vec![a]);
     tv.status = applied_status();
-    let plan = decide(&snap(tv, vec![("checkout", target)]), after_window());
+    let plan = decide_through_restore(&snap(tv, vec![("checkout", target)]), after_window());
     assert_eq!(
         writes(&plan.ops),
         vec![
@@ -1234,13 +1241,68 @@ fn window_end_restores_exact_originals_and_closes_the_execution() {
     assert_eq!(plan.finalizer, Finalizer::Keep);
 }
 
+/// Restored in one go, an HPA controller still working from the override's minimum can
+/// scale the Deployment right back up: the Deployment's replicas come back only once the
+/// autoscaler is restored and its controller has acted on that.
+#[test]
+fn the_deployment_waits_for_its_autoscaler_before_its_replicas_come_back() {
+    let mut s = snap(
+        template(vec![checkout()]),
+        vec![("checkout", applied_target(&checkout()))],
+    );
+    s.template.status = applied_status();
+    s.template.deleting = true;
+    s.template.has_finalizer = true;
+    let mut revert = revert_of_applied().into_iter();
+    let first = decide(&s, after_window());
+    assert_eq!(
+        writes(&first.ops),
+        revert.next().into_iter().collect::<Vec<_>>()
+    );
+    assert_eq!(states(&first.status), vec![("checkout", "Reverted")]);
+    assert_cond(
+        &first.status,
+        "Reconciling",
+        true,
+        "WaitingForRestore",
+        "once its controller has acted",
+    );
+    assert_eq!(
+        first.finalizer,
+        Finalizer::Keep,
+        "not while the Deployment waits"
+    );
+    assert!(first.requeue_at <= after_window() + SignedDuration::from_secs(2));
+
+    // Restored, but the HPA controller has not acted on it yet: still waiting.
+    play(&mut s, &first.ops);
+    s.template.status = first.status.clone();
+    s.targets
+        .values_mut()
+        .for_each(|t| t.autoscalers[0].unobserved = true);
+    let waiting = decide(&s, after_window());
+    assert_eq!(writes(&waiting.ops), vec![]);
+    assert_eq!(waiting.finalizer, Finalizer::Keep);
+
+    // Acted on: the Deployment comes back, and then the finalizer goes.
+    s.targets
+        .values_mut()
+        .for_each(|t| t.autoscalers[0].unobserved = false);
+    let second = decide(&s, after_window());
+    assert_eq!(writes(&second.ops), revert.collect::<Vec<_>>());
+    assert_cond(&second.status, "Reconciling", false, "Reconciled", "");
+    play(&mut s, &second.ops);
+    s.template.status = second.status.clone();
+    assert_eq!(decide(&s, after_window()).finalizer, Finalizer::Remove);
+}
+
 #[test]
 fn window_end_clamps_the_deployment_into_the_restored_bounds() {
     let a = checkout();
     let mut target = applied_target(&a);
     target.autoscalers[0].original =
         Some(original(AutoscalerKind::Hpa, Some(5), Some(20), Some(3)));
-    let plan = decide(
+    let plan = decide_through_restore(
         &snap(template(vec![a]), vec![("checkout", target)]),
         after_window(),
     );
@@ -1266,7 +1328,7 @@ fn window_end_deletes_the_provisional_hpa() {
         Some(raised_deployment("checkout", "checkout", 3, 10)),
         vec![provisional_applied(&a)],
     );
-    let plan = decide(
+    let plan = decide_through_restore(
         &snap(template(vec![a]), vec![("checkout", t)]),
         after_window(),
     );
@@ -1310,7 +1372,7 @@ fn reverts_follow_priority_down_and_applies_priority_up() {
         template(vec![alpha.clone(), beta.clone()]),
         vec![("zeta", fresh("zeta")), ("alpha-dep", fresh("alpha-dep"))],
     );
-    let up = decide(&s, now());
+    let up = decide_through_restore(&s, now());
     let order: Vec<(&str, &str)> = up
         .ops
         .iter()
@@ -1345,18 +1407,20 @@ fn reverts_follow_priority_down_and_applies_priority_up() {
             ("alpha-dep", applied_on("alpha-dep", &beta)),
         ],
     );
-    let down = decide(&s, after_window());
+    let down = decide_through_restore(&s, after_window());
     let order: Vec<(&str, &str)> = down
         .ops
         .iter()
         .map(|o| (o.action.as_str(), o.name.as_str()))
         .collect();
+    // Reverts by priorityDown: the autoscalers, then (once their controller has acted) the
+    // Deployments.
     assert_eq!(
         order,
         vec![
             ("alpha", "zeta"),
-            ("alpha", "zeta"),
             ("beta", "alpha-dep"),
+            ("alpha", "zeta"),
             ("beta", "alpha-dep"),
         ]
     );
@@ -1373,7 +1437,7 @@ fn revert_leaves_a_field_another_manager_set() {
     h.min = Some(5);
     h.managers
         .insert("minReplicas".into(), "kubectl-edit".into());
-    let plan = decide(
+    let plan = decide_through_restore(
         &snap(template(vec![a]), vec![("checkout", target)]),
         after_window(),
     );
@@ -1429,11 +1493,15 @@ fn action_removed_mid_window_is_reverted() {
             ),
         ],
     );
-    let plan = decide(&s, now());
+    let plan = decide_through_restore(&s, now());
     let w = writes(&plan.ops);
-    assert_eq!(w[..2], revert_of_applied()[..]);
+    // The old target's autoscaler, the new one's override, then (once its autoscaler's
+    // controller acted) the old target's Deployment.
+    let revert = revert_of_applied();
+    assert_eq!(w[0], revert[0]);
     assert_eq!(plan.ops[0].action, "checkout");
-    assert!(matches!(&w[2], (n, W::Patch(ObjectKind::Hpa, _)) if n == "shop/web"));
+    assert!(matches!(&w[1], (n, W::Patch(ObjectKind::Hpa, _)) if n == "shop/web"));
+    assert_eq!(w[2], revert[1]);
     assert_eq!(w.len(), 3, "{w:#?}");
     assert_eq!(states(&plan.status), vec![("web", "Applied")]);
 }
@@ -1454,11 +1522,12 @@ fn action_retargeted_mid_window_reverts_the_old_target() {
             ),
         ],
     );
-    let plan = decide(&s, now());
+    let plan = decide_through_restore(&s, now());
     let w = writes(&plan.ops);
-    assert_eq!(w[..2], revert_of_applied()[..]);
+    let revert = revert_of_applied();
+    assert_eq!((&w[0], &w[3]), (&revert[0], &revert[1]));
     assert_eq!(w.len(), 4, "{w:#?}");
-    assert!(w[2..].iter().all(|(n, _)| n == "shop/checkout-v2"));
+    assert!(w[1..3].iter().all(|(n, _)| n == "shop/checkout-v2"));
 }
 
 /// Renaming an action mid-window: the old action's override is reverted in this
@@ -1472,7 +1541,7 @@ fn action_renamed_mid_window_does_not_conflict_with_itself() {
         template(vec![renamed]),
         vec![("checkout", applied_target(&checkout()))],
     );
-    let plan = decide(&s, now());
+    let plan = decide_through_restore(&s, now());
     assert_eq!(writes(&plan.ops)[..2], revert_of_applied()[..]);
     assert_ne!(act(&plan.status, "checkout-2").state, "Conflict");
     assert_cond(&plan.status, "Conflict", false, "NoConflict", "");
@@ -1558,7 +1627,7 @@ fn invalid_template_messages_name_the_culprit() {
 fn invalid_template_still_reverts_what_it_owns() {
     let mut tv = template(vec![checkout()]);
     tv.window.schedule = "not a schedule".into();
-    let plan = decide(
+    let plan = decide_through_restore(
         &snap(tv, vec![("checkout", applied_target(&checkout()))]),
         now(),
     );
@@ -1643,7 +1712,7 @@ fn suspend_mid_window_reverts() {
     let mut tv = template(vec![checkout()]);
     tv.window.suspend = true;
     tv.status = applied_status();
-    let plan = decide(
+    let plan = decide_through_restore(
         &snap(tv, vec![("checkout", applied_target(&checkout()))]),
         now(),
     );
@@ -1658,7 +1727,7 @@ fn suspend_mid_window_reverts() {
 fn expired_template_reverts() {
     let mut tv = template(vec![checkout()]);
     tv.window.valid_until = Some(Time(ts("2026-11-30T09:00:00Z")));
-    let plan = decide(
+    let plan = decide_through_restore(
         &snap(tv, vec![("checkout", applied_target(&checkout()))]),
         now(),
     );
@@ -1672,7 +1741,7 @@ fn deletion_reverts_then_releases_the_finalizer() {
     let mut tv = template(vec![checkout()]);
     tv.deleting = true;
     tv.status = applied_status();
-    let plan = decide(
+    let plan = decide_through_restore(
         &snap(tv.clone(), vec![("checkout", applied_target(&checkout()))]),
         now(),
     );
@@ -1681,7 +1750,7 @@ fn deletion_reverts_then_releases_the_finalizer() {
     assert_eq!(plan.status.window, None);
 
     tv.status = plan.status.clone();
-    let done = decide(&snap(tv, vec![("checkout", fresh_target())]), now());
+    let done = decide_through_restore(&snap(tv, vec![("checkout", fresh_target())]), now());
     assert_eq!(writes(&done.ops), vec![]);
     assert_eq!(done.finalizer, Finalizer::Remove);
 }
@@ -1943,7 +2012,7 @@ fn deployment_without_replicas_is_restored_to_one() {
     let a = checkout();
     let mut d = deployment("checkout", 3);
     d.replicas = None;
-    let plan = decide(
+    let plan = decide_through_restore(
         &snap(
             template(vec![a.clone()]),
             vec![("checkout", tgt(Some(d), vec![]))],
@@ -1978,7 +2047,7 @@ fn deployment_without_replicas_is_restored_to_one() {
         original_replicas: Some(1),
         ..raised_deployment("checkout", "checkout", 1, 10)
     };
-    let plan = decide(
+    let plan = decide_through_restore(
         &snap(
             template(vec![a]),
             vec![("checkout", tgt(Some(raised), vec![hpa]))],
@@ -2220,8 +2289,38 @@ fn check_invariants(s: &Snapshot, ops: &[Op], active: bool) -> Result<(), TestCa
     Ok(())
 }
 
+/// Decides as the controller would over successive reconciles while a Deployment's restore
+/// waits for its autoscaler: the plan's writes succeed ([`play`]), the HPA controller acts on
+/// them, and the template is decided again. Returns the plans' ops and Events in order, and
+/// the last plan's status, requeue and finalizer.
+fn decide_through_restore(s: &Snapshot, now: Timestamp) -> Plan {
+    let mut s = s.clone();
+    let mut plan = decide(&s, now);
+    for _ in 0..3 {
+        let waits = plan
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Reconciling" && c.message == WAITING_FOR_AUTOSCALER);
+        if !waits {
+            break;
+        }
+        play(&mut s, &plan.ops);
+        s.template.status = plan.status.clone();
+        let next = decide(&s, now);
+        plan.ops.extend(next.ops);
+        plan.events.extend(next.events);
+        plan.status = next.status;
+        plan.requeue_at = next.requeue_at;
+        plan.finalizer = next.finalizer;
+    }
+    plan
+}
+
 /// Plays `ops` on the snapshot, as the API server would (every write succeeds; fields
 /// Moonin writes become owned by moonin-scaling).
+// A table (or a generator) reads best whole.
+#[allow(clippy::too_many_lines)]
 fn play(s: &mut Snapshot, ops: &[Op]) {
     let owner_of = |v: &Value| -> OwnerRecord {
         serde_json::from_str(v.as_str().unwrap_or_default()).unwrap_or_else(|e| panic!("{v}: {e}"))
@@ -2391,7 +2490,8 @@ proptest! {
         // Level-triggered: once its writes are done, the next reconcile writes nothing.
         // (A carrier held by another action of this template takes one more reconcile:
         // see `action_renamed_mid_window_does_not_conflict_with_itself`.)
-        let steps = if matches!(carrier_who, Who::UsOtherAction) || matches!(dep_who, Who::UsOtherAction) { 3 } else { 1 };
+        // A Deployment's restore takes one more, after its autoscaler's.
+        let steps = if matches!(carrier_who, Who::UsOtherAction) || matches!(dep_who, Who::UsOtherAction) { 3 } else { 2 };
         let mut s = s;
         let mut plan = plan;
         for _ in 0..steps {

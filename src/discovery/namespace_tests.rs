@@ -1,0 +1,237 @@
+use super::*;
+use crate::api::discovery::{CronJobRun, NamespaceInventorySpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+fn ts(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+fn snapshot() -> NamespaceSnapshot {
+    let web = DeploymentView {
+        namespace: "shop".into(),
+        name: "web".into(),
+        uid: "u-web".into(),
+        replicas: 2,
+        ready: 2,
+        available: 2,
+        updated: 2,
+        images: vec![("app".into(), "web:2".into())],
+        ..Default::default()
+    };
+    let hpa = |name: &str, target: &str| HpaView {
+        namespace: "shop".into(),
+        name: name.into(),
+        target: ("Deployment".into(), target.into()),
+        min: Some(2),
+        max: 5,
+        scaled_object: None,
+    };
+    NamespaceSnapshot {
+        namespace: "shop".into(),
+        deployments: vec![Arc::new(web)],
+        hpas: vec![hpa("web", "web"), hpa("orphan", "gone")],
+        cron_jobs: vec![CronJobView {
+            namespace: "shop".into(),
+            name: "nightly".into(),
+            schedule: "0 3 * * *".into(),
+            ..Default::default()
+        }],
+        jobs: vec![JobView {
+            namespace: "shop".into(),
+            name: "nightly-2".into(),
+            cron_job: Some("nightly".into()),
+            start: Some(ts("2026-03-01T03:00:00Z")),
+            end: Some(ts("2026-03-01T03:01:00Z")),
+            result: "Succeeded",
+            ..Default::default()
+        }],
+        // The run of a Job Kubernetes has deleted since.
+        published_runs: vec![CronJobEntry {
+            name: "nightly".into(),
+            schedule: "0 3 * * *".into(),
+            suspend: false,
+            runs: vec![CronJobRun {
+                job: "nightly-1".into(),
+                start: Some(Time(ts("2026-02-28T03:00:00Z"))),
+                end: Some(Time(ts("2026-02-28T03:01:00Z"))),
+                result: "Succeeded".into(),
+            }],
+            signals: vec![],
+        }],
+        published_signals: [("web".to_string(), vec!["Old".to_string()])].into(),
+        now: ts("2026-03-01T04:00:00Z"),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_namespace_is_its_entries_and_the_signals_of_its_objects() {
+    let plan = decide(&snapshot());
+    let web = &plan.status.deployments[0];
+    assert_eq!(
+        (
+            web.name.as_str(),
+            web.autoscaler.as_deref(),
+            web.health.as_str()
+        ),
+        ("web", Some("HPA/web 2-5"), inventory::health::HEALTHY)
+    );
+    let runs: Vec<&str> = plan.status.cron_jobs[0]
+        .runs
+        .iter()
+        .map(|r| r.job.as_str())
+        .collect();
+    assert_eq!(runs, ["nightly-2", "nightly-1"], "runs outlive their Jobs");
+    assert_eq!(plan.status.images, ["web:2"]);
+    let signals: Vec<(String, Vec<String>, Option<Vec<String>>)> = plan
+        .signals
+        .iter()
+        .map(|s| {
+            (
+                format!(
+                    "{}/{}",
+                    s.regarding.kind.as_deref().unwrap_or_default(),
+                    s.regarding.name.as_deref().unwrap_or_default()
+                ),
+                s.signals.clone(),
+                s.published.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        signals,
+        [
+            (
+                "Deployment/web".to_string(),
+                vec![],
+                Some(vec!["Old".to_string()])
+            ),
+            ("HorizontalPodAutoscaler/web".to_string(), vec![], None),
+            (
+                "HorizontalPodAutoscaler/orphan".to_string(),
+                vec!["TargetNotFound: Deployment/gone".to_string()],
+                None
+            ),
+        ]
+    );
+}
+
+fn object(name: &str, signals: &[&str], published: Option<&[&str]>) -> ObjectSignals {
+    let strings = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    ObjectSignals {
+        regarding: ObjectReference {
+            kind: Some("Deployment".into()),
+            namespace: Some("shop".into()),
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        signals: strings(signals),
+        published: published.map(strings),
+    }
+}
+
+#[test]
+fn a_signal_is_reported_when_it_appears_and_again_only_after_it_cleared() {
+    let mut reported = ReportedSignals::default();
+    // A restart: what the published inventory shows was reported already.
+    assert_eq!(
+        reported.appeared(&object("web", &["A", "B"], Some(&["A"]))),
+        ["B"]
+    );
+    assert!(
+        reported
+            .appeared(&object("web", &["A", "B"], None))
+            .is_empty()
+    );
+    assert!(reported.appeared(&object("web", &["B"], None)).is_empty());
+    assert_eq!(reported.appeared(&object("web", &["A", "B"], None)), ["A"]);
+    assert_eq!(reported.appeared(&object("api", &["A"], None)), ["A"]);
+    // A count that changes is the same signal.
+    assert_eq!(
+        reported.appeared(&object("db", &["CrashLoopBackOff: 1 Pod"], None)),
+        ["CrashLoopBackOff: 1 Pod"]
+    );
+    assert!(
+        reported
+            .appeared(&object("db", &["CrashLoopBackOff: 2 Pods"], None))
+            .is_empty()
+    );
+}
+
+fn stored(part: NamespaceInventoryStatus, i: i32, n: i32) -> Arc<NamespaceInventory> {
+    let mut inv = NamespaceInventory::new(
+        &part_name(i as usize),
+        NamespaceInventorySpec { part: i, parts: n },
+    );
+    inv.metadata.namespace = Some("shop".into());
+    inv.status = Some(part);
+    Arc::new(inv)
+}
+
+#[test]
+fn only_what_changed_is_written() {
+    let now = ts("2026-03-01T04:00:00Z");
+    let status = decide(&snapshot()).status;
+    let written = WrittenDigests::default();
+    let first = plan_parts("shop", vec![status.clone()], |_| None, &written, now);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].name, "inventory");
+    assert!(first[0].spec, "a new part gets its spec");
+    let Some(sent) = first[0].status.clone() else {
+        panic!("a new part gets its status");
+    };
+
+    // Stored as written: nothing to write, whatever the time.
+    let existing = stored(sent.clone(), 0, 1);
+    let later = ts("2026-03-01T05:00:00Z");
+    let again = plan_parts(
+        "shop",
+        vec![status.clone()],
+        |_| Some(existing.clone()),
+        &written,
+        later,
+    );
+    assert_eq!((again[0].spec, again[0].status.is_some()), (false, false));
+
+    // The store has not caught up with the last write yet: not written twice.
+    let mut written = WrittenDigests::default();
+    written.written(first[0].key.clone(), &sent);
+    let behind = plan_parts("shop", vec![status.clone()], |_| None, &written, now);
+    assert_eq!((behind[0].spec, behind[0].status.is_some()), (true, false));
+
+    // Split in two: both parts say so.
+    let parts = plan_parts(
+        "shop",
+        vec![status.clone(), status],
+        |_| Some(existing.clone()),
+        &WrittenDigests::default(),
+        now,
+    );
+    let truncated: Vec<(String, bool, String)> = parts
+        .iter()
+        .map(|p| {
+            let c = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Truncated"))
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            (p.name.clone(), p.spec, c)
+        })
+        .collect();
+    assert_eq!(
+        truncated,
+        [
+            (
+                "inventory".to_string(),
+                true,
+                "the inventory passes 512 KiB; this is part 1 of 2".to_string()
+            ),
+            (
+                "inventory-1".to_string(),
+                true,
+                "the inventory passes 512 KiB; this is part 2 of 2".to_string()
+            ),
+        ]
+    );
+}

@@ -1,0 +1,267 @@
+//! One rebuild of what the dirty set names, in order: the revision records of changed
+//! Deployments, then the inventory of each marked namespace, then the cluster status. And
+//! what the rebuilds carry from one to the next ([`RebuildState`]).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
+
+use kube::ResourceExt;
+
+use super::{
+    dirty::Dirty,
+    errors::namespace_being_deleted,
+    namespace::{self, ReportedSignals, WrittenDigests},
+    progress::Progress,
+    record,
+    shared::Shared,
+    status::{self, ApiProbe},
+};
+use crate::api::discovery::ClusterDiscovery;
+use crate::runtime::errors::brief;
+
+/// What the rebuilds carry from one to the next.
+#[derive(Debug, Default)]
+pub struct RebuildState {
+    /// Per namespace, what the totals count.
+    pub progress: Progress,
+    /// Namespaces whose inventory write was refused.
+    pub refusals: Refusals,
+    /// What was written to each inventory part.
+    pub written: WrittenDigests,
+    /// The signals reported per object.
+    pub reported: ReportedSignals,
+    /// The API server's version.
+    pub probe: ApiProbe,
+}
+
+/// Failures in a row, and the wait they call for: 1, 2, 4 … 64 s.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Streak(u32);
+
+impl Streak {
+    /// One more failure: how long to wait before trying again.
+    pub fn failed(&mut self) -> Duration {
+        let wait = Duration::from_secs(1 << self.0.min(6));
+        self.0 += 1;
+        wait
+    }
+
+    /// A success ends the streak.
+    pub fn succeeded(&mut self) {
+        self.0 = 0;
+    }
+}
+
+/// Namespaces whose inventory write failed: each is retried by itself, on its own backoff,
+/// while the loop goes on serving every other change.
+#[derive(Debug, Default)]
+pub struct Refusals(BTreeMap<String, Streak>);
+
+impl Refusals {
+    /// A namespace's write failed again: how long until it is retried.
+    pub fn refused(&mut self, ns: &str) -> Duration {
+        self.0.entry(ns.to_string()).or_default().failed()
+    }
+
+    /// A namespace written, or no longer inventoried: its next failure starts over.
+    pub fn forget(&mut self, ns: &str) {
+        self.0.remove(ns);
+    }
+}
+
+/// Which ClusterDiscovery the rebuilds serve, and whether this process has led since the
+/// last full rebuild.
+#[derive(Debug, Default)]
+pub struct Serving {
+    leading: bool,
+    /// The ClusterDiscovery the last rebuild served, and its spec's generation.
+    discovery: Option<(Option<String>, Option<i64>)>,
+}
+
+impl Serving {
+    /// Not the leader: the next leadership starts with a full rebuild.
+    pub fn follow(&mut self) {
+        self.leading = false;
+    }
+
+    /// No ClusterDiscovery: whichever comes next gets a full rebuild.
+    pub fn idle(&mut self) {
+        self.discovery = None;
+    }
+
+    /// A rebuild for `cd` starts: whether it is a full one (a new leadership, a new
+    /// ClusterDiscovery, or a spec change: namespaces excluded or included, Helm switched).
+    pub fn begin(&mut self, cd: &ClusterDiscovery) -> bool {
+        let served = Some((cd.uid(), cd.metadata.generation));
+        let full = !self.leading || self.discovery != served;
+        if full {
+            self.leading = true;
+            self.discovery = served;
+        }
+        full
+    }
+
+    /// A full rebuild failed: the next one is full again.
+    pub fn failed_full(&mut self) {
+        self.leading = false;
+    }
+}
+
+/// Rebuilds what `dirty` names (everything when `full`). Returns the namespaces whose
+/// inventory could not be written (the rest of the rebuild stands); an error fails the
+/// rebuild as a whole.
+pub async fn rebuild(
+    shared: &Shared,
+    state: &mut RebuildState,
+    cd: &ClusterDiscovery,
+    dirty: Dirty,
+    full: bool,
+) -> Result<BTreeSet<String>, kube::Error> {
+    let excluded: BTreeSet<&str> = cd
+        .spec
+        .exclude_namespaces
+        .iter()
+        .map(String::as_str)
+        .collect();
+    // Namespaces being deleted take no new objects.
+    let live: BTreeSet<String> = shared
+        .stores
+        .namespaces
+        .all()
+        .into_iter()
+        .filter(|(_, terminating)| !terminating)
+        .map(|(n, _)| n)
+        .collect();
+    let helm_enabled = cd.spec.helm.enabled;
+
+    // Revision records first: they do not depend on the inventory.
+    let mut changes = dirty.deployments;
+    if full {
+        changes.extend(shared.stores.deployments.all());
+    }
+    let workloads = record::by_workload(changes, &live, &excluded);
+    record::record_all(shared, workloads, helm_enabled).await?;
+
+    let mut unwritten = BTreeSet::new();
+    for ns in &dirty.namespaces {
+        if !live.contains(ns) || excluded.contains(ns.as_str()) {
+            state.progress.forget(ns);
+            state.refusals.forget(ns);
+            // An excluded namespace keeps no inventory; a deleted one loses it with itself.
+            if live.contains(ns)
+                && let Err(e) = namespace::delete_parts(shared, &mut state.written, ns, 0).await
+            {
+                tracing::warn!(namespace = %ns, error = %brief(&e), "deleting the inventory of an excluded namespace failed");
+            }
+            continue;
+        }
+        if !rebuild_namespace(shared, state, cd, ns, helm_enabled).await? {
+            unwritten.insert(ns.clone());
+        }
+    }
+    let snapshot = status::load(
+        shared,
+        cd,
+        &live,
+        &excluded,
+        &state.progress,
+        &mut state.probe,
+    )
+    .await;
+    status::write(shared, cd, &snapshot.current, &status::decide(&snapshot)).await?;
+    status::report_not_in_charge(shared, cd).await?;
+    Ok(unwritten)
+}
+
+/// Rebuilds one namespace's inventory. `Ok(false)` when its write failed: one namespace's
+/// failure does not stop the others, and it is retried by itself.
+async fn rebuild_namespace(
+    shared: &Shared,
+    state: &mut RebuildState,
+    cd: &ClusterDiscovery,
+    ns: &str,
+    helm_enabled: bool,
+) -> Result<bool, kube::Error> {
+    record::report_foreign(shared, ns).await?;
+    let snapshot = namespace::load(shared, ns, helm_enabled).await;
+    let plan = namespace::decide(&snapshot);
+    namespace::report_signals(shared, &mut state.reported, &plan.signals).await;
+    state.progress.built(ns, &plan.status);
+    match namespace::write(
+        shared,
+        &mut state.written,
+        cd,
+        ns,
+        plan.status,
+        snapshot.now,
+    )
+    .await
+    {
+        Ok(parts) => {
+            state.progress.written(ns, parts);
+            state.refusals.forget(ns);
+        }
+        Err(e) if namespace_being_deleted(&e) => {
+            tracing::debug!(namespace = %ns, "namespace being deleted; no inventory");
+        }
+        Err(e) => {
+            tracing::warn!(namespace = %ns, error = %brief(&e), "writing the inventory failed");
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_in_a_row_double_the_wait_up_to_a_minute() {
+        let mut s = Streak::default();
+        let waits: Vec<u64> = (0..9).map(|_| s.failed().as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 64, 64]);
+        s.succeeded();
+        assert_eq!(s.failed(), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn each_refused_namespace_backs_off_on_its_own() {
+        let mut r = Refusals::default();
+        assert_eq!(r.refused("a"), Duration::from_secs(1));
+        assert_eq!(r.refused("a"), Duration::from_secs(2));
+        assert_eq!(r.refused("b"), Duration::from_secs(1));
+        r.forget("a");
+        assert_eq!(r.refused("a"), Duration::from_secs(1));
+        assert_eq!(r.refused("b"), Duration::from_secs(2));
+    }
+
+    fn cd(uid: &str, generation: i64) -> ClusterDiscovery {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "moonin.io/v1alpha1",
+            "kind": "ClusterDiscovery",
+            "metadata": {"name": "cluster", "uid": uid, "generation": generation},
+            "spec": {},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_rebuild_is_full_on_a_new_leadership_discovery_or_spec() {
+        let mut s = Serving::default();
+        assert!(s.begin(&cd("u1", 1)), "the first one");
+        assert!(!s.begin(&cd("u1", 1)));
+        assert!(s.begin(&cd("u1", 2)), "a spec change");
+        assert!(!s.begin(&cd("u1", 2)));
+        assert!(s.begin(&cd("u2", 2)), "another ClusterDiscovery");
+        s.follow();
+        assert!(s.begin(&cd("u2", 2)), "a new leadership");
+        s.failed_full();
+        assert!(s.begin(&cd("u2", 2)), "after a failed full rebuild");
+        s.idle();
+        assert!(s.begin(&cd("u2", 2)), "after none was in charge");
+        assert!(!s.begin(&cd("u2", 2)));
+    }
+}

@@ -1,0 +1,471 @@
+//! Revision recording: each observed change of a Deployment becomes a `WorkloadRevision`
+//! (owned by the Deployment), measured from the view the last record was derived from;
+//! the oldest records beyond [`revision::KEPT`] go. What a change is worth is decided by
+//! [`revision`]; this module decides what to write ([`plan`]) and writes it.
+//!
+//! Names are derived from the change, so a restart that sees the same change again gets
+//! `AlreadyExists`, not a duplicate.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::{
+    Api,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+use super::{
+    errors::{gone_is_done, namespace_being_deleted},
+    helm_secrets,
+    names::CONTROLLER,
+    names::condition_reasons,
+    revision::{self, RevView},
+    shared::Shared,
+    view::DeploymentView,
+};
+use crate::api::{
+    conditions::{self, Desired, types},
+    discovery::{HelmRevision, WorkloadRevision, WorkloadRevisionSpec},
+    field_manager,
+};
+use crate::runtime::decode::Decoded;
+
+/// Deployments whose revisions are recorded at once (each one's changes in order).
+const REVISION_WRITERS: usize = 16;
+
+/// What recording one observed view of a Deployment comes to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordPlan {
+    /// Records an earlier process created but did not get to mark `Recorded`: marked
+    /// first. Looked for when this process first sees the Deployment (later, the store may
+    /// simply not show our own status patch yet).
+    pub unmarked: Vec<String>,
+    /// The record to create, if the change is worth one.
+    pub record: Option<NewRecord>,
+    /// Whether the view becomes the baseline although nothing is created: first sight of a
+    /// Deployment whose current revision an earlier process recorded.
+    pub adopt: bool,
+}
+
+/// A revision record to create.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRecord {
+    /// Its name ([`revision::name`]).
+    pub name: String,
+    /// What it says.
+    pub spec: WorkloadRevisionSpec,
+    /// Once it is created, the workload's records to delete (beyond [`revision::KEPT`]).
+    pub prune: Vec<String>,
+}
+
+/// What to write for `after`, measured from its baseline `before` (`None`: first sight),
+/// given the WorkloadRevisions of its namespace. Only records Moonin's discovery wrote for
+/// this workload count.
+pub fn plan(
+    before: Option<&DeploymentView>,
+    after: &DeploymentView,
+    revisions: &[RevView],
+    helm: Option<HelmRevision>,
+    now: Timestamp,
+) -> RecordPlan {
+    let existing: Vec<&RevView> = revisions
+        .iter()
+        .filter(|r| r.workload == after.name && r.foreign.is_none())
+        .collect();
+    let unmarked = existing
+        .iter()
+        .filter(|r| before.is_none() && !r.ready())
+        .map(|r| r.name.clone())
+        .collect();
+    let spec = match before {
+        Some(b) => revision::change(Some(b), after, helm, now),
+        // First sight (startup, leadership, a new Deployment): a record only when none
+        // exists for its current revision.
+        None => {
+            let current = after.revision.unwrap_or(1);
+            (!existing.iter().any(|r| r.revision == current))
+                .then(|| revision::initial(after, helm, now))
+        }
+    };
+    let record = spec.map(|spec| {
+        let name = revision::name(&after.name, &spec);
+        let mut all: Vec<(String, Timestamp)> = existing
+            .iter()
+            .map(|r| (r.name.clone(), r.observed_at))
+            .collect();
+        all.push((name.clone(), now));
+        NewRecord {
+            prune: revision::prune(&all),
+            name,
+            spec,
+        }
+    });
+    RecordPlan {
+        unmarked,
+        adopt: record.is_none() && before.is_none(),
+        record,
+    }
+}
+
+/// The changed Deployments to record, grouped per Deployment (each one's changes in the
+/// order seen), leaving out those of namespaces excluded or gone (not `live`).
+pub fn by_workload(
+    changes: Vec<Arc<DeploymentView>>,
+    live: &BTreeSet<String>,
+    excluded: &BTreeSet<&str>,
+) -> Vec<Vec<Arc<DeploymentView>>> {
+    let mut by_workload: BTreeMap<(String, String), Vec<Arc<DeploymentView>>> = BTreeMap::new();
+    for after in changes {
+        if excluded.contains(after.namespace.as_str()) || !live.contains(&after.namespace) {
+            continue;
+        }
+        by_workload
+            .entry((after.namespace.clone(), after.name.clone()))
+            .or_default()
+            .push(after);
+    }
+    by_workload.into_values().collect()
+}
+
+/// Records the changes of each Deployment in order, Deployments side by side. All of them
+/// run to the end (one failure cancels no other write half-way); the first error is
+/// returned.
+pub async fn record_all(
+    shared: &Shared,
+    workloads: Vec<Vec<Arc<DeploymentView>>>,
+    helm_enabled: bool,
+) -> Result<(), kube::Error> {
+    let failed = futures::stream::iter(workloads)
+        .map(|views| async move {
+            for after in views {
+                match record(shared, &after, helm_enabled).await {
+                    Ok(()) => {}
+                    Err(e) if namespace_being_deleted(&e) => {
+                        tracing::debug!(namespace = %after.namespace, "namespace being deleted; no revision");
+                    }
+                    Err(e) => return Some(e),
+                }
+            }
+            None
+        })
+        .buffer_unordered(REVISION_WRITERS)
+        .filter_map(futures::future::ready)
+        .collect::<Vec<kube::Error>>()
+        .await;
+    match failed.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Records one observed view of a Deployment: loads its baseline, Helm release and
+/// records, then writes what [`plan`] says.
+async fn record(
+    shared: &Shared,
+    after: &Arc<DeploymentView>,
+    helm_enabled: bool,
+) -> Result<(), kube::Error> {
+    let before = shared
+        .baselines
+        .get(&(after.namespace.clone(), after.name.clone()));
+    let now = Timestamp::now();
+    let helm = match (&after.helm_release, helm_enabled) {
+        (Some(release), true) => helm_secrets::releases(
+            &shared.client,
+            &shared.stores.helm_secrets,
+            &shared.helm,
+            &after.namespace,
+        )
+        .await
+        .into_iter()
+        .find(|(r, _, _)| r == release)
+        .map(|(_, _, rev)| rev),
+        _ => None,
+    };
+    let revisions = shared.stores.revisions.in_namespace(&after.namespace);
+    let plan = plan(before.as_deref(), after, &revisions, helm, now);
+    let api: Api<WorkloadRevision> = Api::namespaced(shared.client.clone(), &after.namespace);
+    for name in &plan.unmarked {
+        mark_recorded(shared, &api, name, now).await?;
+    }
+    let Some(new) = plan.record else {
+        if plan.adopt {
+            shared.baselines.set(after);
+        }
+        return Ok(());
+    };
+    let created = create(shared, &api, after, &new).await?;
+    shared.baselines.set(after);
+    if !created {
+        return Ok(());
+    }
+    mark_recorded(shared, &api, &new.name, now).await?;
+    for old in new.prune {
+        shared.ctx.metrics.wrote(CONTROLLER, "WorkloadRevision");
+        gone_is_done(api.delete(&old, &DeleteParams::default()).await)?;
+    }
+    Ok(())
+}
+
+/// Creates a record owned by its Deployment; `false` when it exists already.
+async fn create(
+    shared: &Shared,
+    api: &Api<WorkloadRevision>,
+    after: &DeploymentView,
+    new: &NewRecord,
+) -> Result<bool, kube::Error> {
+    let obj: WorkloadRevision = serde_json::from_value(json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "WorkloadRevision",
+        "metadata": {
+            "name": new.name,
+            "namespace": after.namespace,
+            "ownerReferences": [{
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": after.name,
+                "uid": after.uid,
+            }],
+        },
+        "spec": new.spec,
+    }))
+    .map_err(kube::Error::SerdeError)?;
+    let pp = PostParams {
+        field_manager: Some(field_manager::DISCOVERY.to_string()),
+        ..PostParams::default()
+    };
+    shared.ctx.metrics.wrote(CONTROLLER, "WorkloadRevision");
+    match api.create(&pp, &obj).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sets a WorkloadRevision's status: `Ready=True/Recorded`.
+async fn mark_recorded(
+    shared: &Shared,
+    api: &Api<WorkloadRevision>,
+    name: &str,
+    now: Timestamp,
+) -> Result<(), kube::Error> {
+    let ready = Desired::new(
+        types::READY,
+        true,
+        condition_reasons::RECORDED,
+        "the change is recorded",
+    );
+    let body = json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "WorkloadRevision",
+        "status": {
+            "observedGeneration": 1,
+            "conditions": conditions::merge(&[], &[ready], Some(1), now),
+        },
+    });
+    shared
+        .ctx
+        .metrics
+        .wrote(CONTROLLER, "WorkloadRevision/status");
+    // Pruned or deleted with its Deployment meanwhile: nothing to mark.
+    gone_is_done(
+        api.patch_status(
+            name,
+            &PatchParams::apply(field_manager::DISCOVERY).force(),
+            &Patch::Apply(&body),
+        )
+        .await,
+    )
+}
+
+/// Gives each WorkloadRevision of `ns` that Moonin's discovery did not write
+/// `Ready=False/NotRecorded`: it looks like a change record but is not one.
+pub async fn report_foreign(shared: &Shared, ns: &str) -> Result<(), kube::Error> {
+    let now = Timestamp::now();
+    let api: Api<Decoded<WorkloadRevision>> = Api::namespaced(shared.client.clone(), ns);
+    for r in shared.stores.revisions.in_namespace(ns) {
+        if !r.foreign_unreported() {
+            continue;
+        }
+        let author = r.foreign.as_deref().unwrap_or_default();
+        let ready = Desired::new(
+            types::READY,
+            false,
+            condition_reasons::NOT_RECORDED,
+            format!(
+                "created by {author}, not by Moonin's discovery: it is not part of the change log"
+            ),
+        );
+        let body = json!({"status": {
+            "observedGeneration": 1,
+            "conditions": conditions::merge(&[], &[ready], Some(1), now),
+        }});
+        shared
+            .ctx
+            .metrics
+            .wrote(CONTROLLER, "WorkloadRevision/status");
+        let pp = PatchParams {
+            field_manager: Some(field_manager::DISCOVERY.to_string()),
+            ..PatchParams::default()
+        };
+        gone_is_done(api.patch_status(&r.name, &pp, &Patch::Merge(&body)).await)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn web(revision: i64, image: &str) -> DeploymentView {
+        DeploymentView {
+            namespace: "shop".into(),
+            name: "web".into(),
+            uid: "u1".into(),
+            generation: revision,
+            observed_generation: revision,
+            replicas: 2,
+            revision: Some(revision),
+            images: vec![("app".into(), image.into())],
+            ..Default::default()
+        }
+    }
+
+    fn rec(name: &str, workload: &str, revision: i64, reason: Option<&str>) -> RevView {
+        RevView {
+            name: name.into(),
+            workload: workload.into(),
+            revision,
+            observed_at: ts("2026-01-01T00:00:00Z"),
+            reason: reason.map(String::from),
+            foreign: None,
+        }
+    }
+
+    #[test]
+    fn first_sight_of_a_recorded_revision_adopts_it_and_marks_what_an_earlier_process_left() {
+        let now = ts("2026-02-01T00:00:00Z");
+        let revisions = [
+            rec("web-r3-a", "web", 3, None),
+            rec("web-r2-b", "web", 2, Some(condition_reasons::RECORDED)),
+            rec("api-r3-c", "api", 3, None),
+            RevView {
+                foreign: Some("kubectl".into()),
+                ..rec("web-r9-d", "web", 9, None)
+            },
+        ];
+        assert_eq!(
+            plan(None, &web(3, "app:3"), &revisions, None, now),
+            RecordPlan {
+                unmarked: vec!["web-r3-a".into()],
+                record: None,
+                adopt: true,
+            }
+        );
+    }
+
+    #[test]
+    fn first_sight_of_an_unrecorded_revision_is_its_initial_record() {
+        let now = ts("2026-02-01T00:00:00Z");
+        let spec = revision::initial(&web(4, "app:4"), None, now);
+        assert_eq!(
+            plan(None, &web(4, "app:4"), &[], None, now),
+            RecordPlan {
+                unmarked: vec![],
+                record: Some(NewRecord {
+                    name: revision::name("web", &spec),
+                    spec,
+                    prune: vec![],
+                }),
+                adopt: false,
+            }
+        );
+    }
+
+    #[test]
+    fn a_change_is_measured_from_the_baseline_and_prunes_beyond_the_kept_ones() {
+        let now = ts("2026-02-01T00:00:00Z");
+        let (before, after) = (web(10, "app:10"), web(11, "app:11"));
+        let revisions: Vec<RevView> = (1..=10)
+            .map(|i| RevView {
+                observed_at: ts(&format!("2026-01-{i:02}T00:00:00Z")),
+                ..rec(
+                    &format!("web-r{i}"),
+                    "web",
+                    i,
+                    Some(condition_reasons::RECORDED),
+                )
+            })
+            .collect();
+        let spec = revision::change(Some(&before), &after, None, now).unwrap();
+        assert_eq!(
+            plan(Some(&before), &after, &revisions, None, now),
+            RecordPlan {
+                unmarked: vec![],
+                record: Some(NewRecord {
+                    name: revision::name("web", &spec),
+                    spec,
+                    prune: vec!["web-r1".into()],
+                }),
+                adopt: false,
+            }
+        );
+    }
+
+    #[test]
+    fn no_change_is_no_record_and_keeps_the_baseline() {
+        let now = ts("2026-02-01T00:00:00Z");
+        let v = web(3, "app:3");
+        assert_eq!(
+            plan(Some(&v), &v, &[], None, now),
+            RecordPlan {
+                unmarked: vec![],
+                record: None,
+                adopt: false,
+            }
+        );
+    }
+
+    #[test]
+    fn changes_are_grouped_per_deployment_in_order_without_excluded_or_gone_namespaces() {
+        let view = |ns: &str, name: &str, revision: i64| {
+            Arc::new(DeploymentView {
+                namespace: ns.into(),
+                name: name.into(),
+                revision: Some(revision),
+                ..Default::default()
+            })
+        };
+        let live: BTreeSet<String> = ["shop", "skip"].map(String::from).into();
+        let excluded: BTreeSet<&str> = ["skip"].into();
+        let groups = by_workload(
+            vec![
+                view("shop", "web", 1),
+                view("shop", "api", 1),
+                view("gone", "web", 1),
+                view("skip", "web", 1),
+                view("shop", "web", 2),
+            ],
+            &live,
+            &excluded,
+        );
+        let seen: Vec<Vec<String>> = groups
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .map(|d| format!("{}/{}@{}", d.namespace, d.name, d.revision.unwrap_or(0)))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(seen, [vec!["shop/api@1"], vec!["shop/web@1", "shop/web@2"]]);
+    }
+}

@@ -1,0 +1,91 @@
+use super::*;
+use serde_json::json;
+
+/// Created by one manager and re-imaged by another within the same second (managedFields
+/// times have one-second resolution), the Update entry listed last.
+fn reimaged() -> Deployment {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "web",
+            "namespace": "shop",
+            "managedFields": [
+                {"manager": "deployer", "operation": "Apply", "apiVersion": "apps/v1",
+                 "time": "2026-11-30T10:00:00Z", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:spec": {"f:selector": {}, "f:template": {"f:spec": {"f:containers": {
+                    "k:{\"name\":\"app\"}": {".": {}, "f:image": {}, "f:name": {}}}}}}}},
+                {"manager": "unknown", "operation": "Update", "apiVersion": "apps/v1",
+                 "time": "2026-11-30T10:00:00Z", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {"f:metadata": {"f:labels": {}},
+                    "f:spec": {"f:containers": {"k:{\"name\":\"sidecar\"}": {"f:image": {}}}}}}}}
+            ]
+        },
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"spec": {"containers": [
+                {"name": "app", "image": "web:2"},
+                {"name": "sidecar", "image": "proxy:1"}
+            ]}}
+        }
+    }))
+    .expect("deployment")
+}
+
+#[test]
+fn a_tie_on_time_goes_to_the_apply() {
+    assert_eq!(
+        deployment(&reimaged()).template_manager.as_deref(),
+        Some("deployer")
+    );
+}
+
+#[test]
+fn each_image_is_owned_by_whoever_set_it() {
+    assert_eq!(
+        deployment(&reimaged()).image_managers,
+        vec![
+            ("app".to_string(), "deployer".to_string()),
+            ("sidecar".to_string(), "unknown".to_string())
+        ]
+    );
+}
+
+#[test]
+fn labels_are_looked_up_by_whole_key_and_value() {
+    let m: BTreeMap<String, String> = [
+        ("app", "web"),
+        ("app.kubernetes.io/name", "web-x"),
+        ("tier", ""),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let l = Labels::from(&m);
+    assert_eq!(l.get("app"), Some("web"));
+    assert_eq!(l.get("app.kubernetes.io/name"), Some("web-x"));
+    assert_eq!(l.get("tier"), Some(""));
+    assert_eq!(l.get("ap"), None);
+    assert_eq!(Labels::default().get("app"), None);
+    let sel = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    assert!(l.selected_by(&sel(&[("app", "web"), ("tier", "")])));
+    assert!(!l.selected_by(&sel(&[("app", "we")])));
+    assert!(!l.selected_by(&sel(&[("app", "web"), ("zone", "a")])));
+    assert!(!l.selected_by(&sel(&[])));
+}
+
+#[test]
+fn config_references_are_names_only_sorted_and_unique() {
+    let spec: PodSpec = serde_json::from_value(json!({
+        "containers": [{"name": "a", "envFrom": [{"secretRef": {"name": "db"}}, {"configMapRef": {"name": "cfg"}}],
+                        "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}]}],
+        "volumes": [{"name": "v", "configMap": {"name": "cfg"}}]
+    }))
+    .expect("pod spec");
+    assert_eq!(config_refs(&spec), vec!["ConfigMap/cfg", "Secret/db"]);
+}

@@ -1,0 +1,527 @@
+//! Commit: the writes of the sandbox reconcilers, their conflict handling, the status
+//! patches and the Events (published only after the writes they report succeeded).
+//!
+//! Every write to an object another writer may change is guarded: a Pod patch tests the
+//! resourceVersion it was decided on, a Pod delete carries UID and resourceVersion
+//! preconditions, a claim's status names its resourceVersion. A write that loses a race
+//! is retried from fresh caches, never forced. The autoscaler's own writes (marks, the
+//! size, deletes of marked Pods) are in [`super::autoscaler::commit`].
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+    runtime::controller::Action,
+};
+use serde_json::{Value, json};
+
+use super::claim::{self, ClaimPlan};
+use super::shared::Shared;
+use super::writer::{RETRY, SandboxError, Writer, guarded_delete, json_patch, params};
+
+use super::env::{EnvStatusPlan, PoolApply};
+use super::load::Now;
+use super::memory::ClaimRef;
+use super::pool::{self, Counts, PodOp, keys};
+use crate::api::conditions::types;
+use crate::api::field_manager;
+use crate::api::sandbox::{PoolAutoScalingStatus, SandboxClaim, SandboxEnv, SandboxPool, reasons};
+use crate::runtime::errors::{brief, is_conflict};
+
+/// A JSON merge patch that turns `old` into `new`: what `new` lacks is set to null.
+fn merge_nulls(old: &Value, new: &mut Value) {
+    if let (Some(o), Some(n)) = (old.as_object(), new.as_object_mut()) {
+        for (k, v) in o {
+            match n.get_mut(k) {
+                None => {
+                    n.insert(k.clone(), Value::Null);
+                }
+                Some(nv) => merge_nulls(v, nv),
+            }
+        }
+    }
+}
+
+/// What the Pod writes of one pool plan came to.
+#[derive(Debug, Default)]
+pub struct PodWrites {
+    /// A write lost a race or was refused: look again soon.
+    pub retry: bool,
+    /// Why the API server refused a Pod create (this round, or a backoff still waited out).
+    pub create_error: Option<String>,
+    /// When to try a create again.
+    pub create_retry: Option<Duration>,
+    /// Leadership was lost midway: nothing more was written.
+    pub lost_leadership: bool,
+}
+
+/// Performs a pool plan's Pod writes in order. Refused creates (a template the API server
+/// rejects, a quota, a terminating namespace) back off per Pool: while a refusal is waited
+/// out no create is sent, and one refused create stands for the rest of the round.
+pub async fn pod_ops(
+    ctx: &Shared,
+    pool: &SandboxPool,
+    key: &str,
+    ops: &[PodOp],
+    now: Now,
+) -> PodWrites {
+    let backoff = &ctx.memory.refused_creates;
+    let generation = pool.metadata.generation;
+    let waiting = if ops.iter().any(|o| matches!(o, PodOp::Create(_))) {
+        backoff.waiting(key, generation, now.mono)
+    } else {
+        // Nothing to create: whatever was refused is no longer asked for.
+        backoff.succeeded(key);
+        None
+    };
+    let mut writes = PodWrites {
+        create_error: waiting.as_ref().map(|w| w.message.clone()),
+        create_retry: waiting.as_ref().map(|w| w.remaining),
+        ..PodWrites::default()
+    };
+    let writer = PodWriter::new(ctx, pool, key, now);
+    let mut created = false;
+    for op in ops {
+        if !ctx.writer.is_leader() {
+            writes.lost_leadership = true;
+            return writes;
+        }
+        let done = match op {
+            PodOp::Create(_) if writes.create_error.is_some() => true,
+            PodOp::Create(name) => match writer.create(name).await {
+                Ok(made) => {
+                    created |= made;
+                    true
+                }
+                Err(message) => {
+                    let step = backoff.failed(key, generation, now.mono, &message);
+                    if step.counted {
+                        tracing::warn!(pool = %key, error = %message, retry_in_seconds = step.wait.as_secs(), "the API server refused a sandbox Pod");
+                    }
+                    writes.create_retry = Some(step.wait);
+                    writes.create_error = Some(message);
+                    true
+                }
+            },
+            PodOp::Bind {
+                pod,
+                resource_version,
+                ip,
+                claim,
+                claim_uid,
+            } => {
+                let held = (claim.clone(), claim_uid.clone());
+                writer.bind(pod, resource_version, ip, held).await
+            }
+            PodOp::FinishBind { pod, ip, claim } => writer.bind_claim(claim, pod, ip.clone()).await,
+            PodOp::Unclaim {
+                pod,
+                resource_version,
+            } => writer.unclaim(pod, resource_version).await,
+            PodOp::Delete {
+                pod,
+                uid,
+                resource_version,
+            } => writer.delete(pod, uid, resource_version).await,
+        };
+        writes.retry |= !done;
+    }
+    if created && writes.create_error.is_none() {
+        backoff.succeeded(key);
+    }
+    writes
+}
+
+/// The Pod writes of one Pool reconcile. Each is one guarded write; a method answers
+/// whether it went through (false: retry soon).
+struct PodWriter<'a> {
+    ctx: &'a Shared,
+    pool: &'a SandboxPool,
+    /// The Pool's `ns/name`.
+    key: &'a str,
+    ns: String,
+    pods: Api<Pod>,
+    now: Now,
+}
+
+impl<'a> PodWriter<'a> {
+    fn new(ctx: &'a Shared, pool: &'a SandboxPool, key: &'a str, now: Now) -> Self {
+        let ns = pool.namespace().unwrap_or_default();
+        let pods = ctx.writer.api(&ns);
+        Self {
+            ctx,
+            pool,
+            key,
+            ns,
+            pods,
+            now,
+        }
+    }
+
+    /// Creates the Pod `name` from the Pool's template, counting it in flight until the
+    /// cache shows it. Whether it was created (a name taken already is no error); the API
+    /// server's message when it refused.
+    async fn create(&self, name: &str) -> Result<bool, String> {
+        let in_flight = &self.ctx.memory.in_flight;
+        in_flight.creating(self.key, name, self.now.mono);
+        let params = PostParams {
+            field_manager: Some(field_manager::SANDBOX.to_string()),
+            ..PostParams::default()
+        };
+        self.ctx.writer.wrote("Pod");
+        let pod = new_pod(self.pool, name, self.now.wall);
+        match self.pods.create(&params, &pod).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => {
+                in_flight.create_refused(self.key, name);
+                // The generated name differs at every attempt: it stays out of the message,
+                // so the status does not change from one refusal to the next.
+                Err(pool::without_name(&brief(&e), name))
+            }
+        }
+    }
+
+    /// A bind, in two guarded writes: the Pod moves from idle to claimed (its
+    /// resourceVersion tested, so two claims never get one Pod), then the claim's status
+    /// names the Pod.
+    async fn bind(&self, pod: &str, resource_version: &str, ip: &str, held: ClaimRef) -> bool {
+        let (claim, claim_uid) = &held;
+        let patch = json_patch(json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+            {"op": "add", "path": "/metadata/labels/moonin.io~1state", "value": keys::CLAIMED},
+            {"op": "add", "path": "/metadata/annotations/moonin.io~1claim", "value": format!("{claim}/{claim_uid}")},
+            {"op": "add", "path": "/metadata/annotations/moonin.io~1state-since", "value": self.now.wall.to_string()},
+        ]));
+        self.ctx.writer.wrote("Pod");
+        match self
+            .pods
+            .patch(pod, &params(field_manager::SANDBOX), &patch)
+            .await
+        {
+            Ok(_) => {
+                let claim = claim.clone();
+                let in_flight = &self.ctx.memory.in_flight;
+                in_flight.pod_bound(self.key, pod, held, self.now.mono);
+                self.bind_claim(&claim, pod, Some(ip.to_string())).await
+            }
+            Err(e) if is_conflict(&e) => false,
+            Err(e) => {
+                tracing::warn!(pool = %self.key, %pod, error = %brief(&e), "binding refused");
+                false
+            }
+        }
+    }
+
+    /// Writes a claim's status as bound to `pod`, guarded by the claim's resourceVersion so
+    /// a claim is never moved from one Pod to another, and remembers the write until the
+    /// claim cache shows it.
+    async fn bind_claim(&self, claim: &str, pod: &str, ip: Option<String>) -> bool {
+        let (ctx, ns, now) = (self.ctx, self.ns.as_str(), self.now);
+        // The freshest cached claim: its resourceVersion guards the write, and the claim
+        // reconciler may have written its status since Load.
+        let Some(c) = ctx
+            .stores
+            .claims
+            .state()
+            .into_iter()
+            .find(|c| c.name_any() == claim && c.namespace().as_deref() == Some(ns))
+        else {
+            // Deleted meanwhile: the pool releases the Pod.
+            return true;
+        };
+        let uid = c.uid().unwrap_or_default();
+        let seen = ctx.memory.first_seen.take(&uid);
+        let start = pool::wait_start(seen, c.creation_timestamp().map(|t| t.0), now.wall);
+        let wait = now.wall.duration_since(start).as_millis().max(0) as i64;
+        let current = c.status.clone().unwrap_or_default();
+        let status = claim::bound_status(&current, c.metadata.generation, pod, ip, wait, now.wall);
+        let body = json!({
+            "metadata": {"resourceVersion": c.resource_version()},
+            "status": status,
+        });
+        ctx.writer.wrote("SandboxClaim/status");
+        let api = ctx.writer.api::<SandboxClaim>(ns);
+        if let Err(e) = api
+            .patch_status(claim, &params(field_manager::SANDBOX), &Patch::Merge(&body))
+            .await
+        {
+            if !is_conflict(&e) {
+                tracing::warn!(%claim, error = %brief(&e), "claim status write failed; the next reconcile finishes it");
+            }
+            return false;
+        }
+        ctx.memory
+            .in_flight
+            .claim_bound(self.key, &uid, pod, now.mono);
+        let note = format!("bound to sandbox Pod {pod} after {wait} ms");
+        ctx.writer
+            .event(&c.object_ref(&()), false, "Bound", &note)
+            .await;
+        true
+    }
+
+    /// Returns a claimed Pod to idle (guarded by its resourceVersion).
+    async fn unclaim(&self, pod: &str, resource_version: &str) -> bool {
+        let patch = json_patch(json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+            {"op": "add", "path": "/metadata/labels/moonin.io~1state", "value": keys::IDLE},
+            {"op": "remove", "path": "/metadata/annotations/moonin.io~1claim"},
+            {"op": "add", "path": "/metadata/annotations/moonin.io~1state-since", "value": self.now.wall.to_string()},
+        ]));
+        self.ctx.writer.wrote("Pod");
+        let result = self
+            .pods
+            .patch(pod, &params(field_manager::SANDBOX), &patch)
+            .await;
+        if let Err(e) = &result {
+            tracing::debug!(pool = %self.key, %pod, error = %brief(e), "unclaim refused; retrying");
+        }
+        result.is_ok()
+    }
+
+    /// Deletes a Pod with UID and resourceVersion preconditions.
+    async fn delete(&self, pod: &str, uid: &str, resource_version: &str) -> bool {
+        self.ctx.writer.wrote("Pod");
+        match self
+            .pods
+            .delete(pod, &guarded_delete(uid, resource_version))
+            .await
+        {
+            Ok(_) => true,
+            Err(kube::Error::Api(s)) if s.code == 404 => true,
+            Err(e) => {
+                tracing::debug!(pool = %self.key, %pod, error = %brief(&e), "delete refused; retrying");
+                false
+            }
+        }
+    }
+}
+
+/// A new idle sandbox Pod of `pool`, owned by it.
+fn new_pod(pool: &SandboxPool, name: &str, now: Timestamp) -> Pod {
+    let template = &pool.spec.template;
+    let mut metadata = template.metadata.clone().unwrap_or_default();
+    metadata.name = Some(name.to_string());
+    metadata.namespace = pool.namespace();
+    metadata.generate_name = None;
+    let labels = metadata.labels.get_or_insert_with(Default::default);
+    labels.insert(keys::POOL.into(), pool.name_any());
+    labels.insert(keys::STATE.into(), keys::IDLE.into());
+    metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(keys::STATE_SINCE.into(), now.to_string());
+    metadata.owner_references = pool.controller_owner_ref(&()).map(|o| vec![o]);
+    Pod {
+        metadata,
+        spec: template.spec.clone(),
+        status: None,
+    }
+}
+
+/// The autoscaler's part of a Pool's status write: its next `status.autoScaling`, and the
+/// Pool's resourceVersion after its size write (the guard).
+pub struct AutoScalingWrite<'a> {
+    /// The decision's `status.autoScaling`.
+    pub status: &'a PoolAutoScalingStatus,
+    /// The Pool's resourceVersion.
+    pub resource_version: Option<String>,
+}
+
+/// Writes a Pool's status: the counts, the conditions, and the autoscaler's part (guarded
+/// by the Pool's resourceVersion; what the decision dropped is removed, as a merge patch
+/// keeps absent fields). Whether it was written.
+pub async fn pool_status(
+    ctx: &Shared,
+    pool: &SandboxPool,
+    counts: Counts,
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    auto: Option<AutoScalingWrite<'_>>,
+) -> bool {
+    let mut body = json!({"status": {
+        "observedGeneration": pool.metadata.generation,
+        "replicas": counts.replicas,
+        "readyReplicas": counts.ready,
+        "idleReplicas": counts.idle,
+        "claimedReplicas": counts.claimed,
+        "conditions": conditions,
+    }});
+    if let Some(a) = auto {
+        let mut next = serde_json::to_value(a.status).unwrap_or_default();
+        let current = pool.status.as_ref().and_then(|s| s.auto_scaling.as_ref());
+        let old = serde_json::to_value(current).unwrap_or_default();
+        merge_nulls(&old, &mut next);
+        body["status"]["autoScaling"] = next;
+        body["metadata"] = json!({"resourceVersion": a.resource_version});
+    }
+    let ns = pool.namespace().unwrap_or_default();
+    ctx.writer.wrote("SandboxPool/status");
+    let api = ctx.writer.api::<SandboxPool>(&ns);
+    let written = api
+        .patch_status(
+            &pool.name_any(),
+            &params(field_manager::SANDBOX),
+            &Patch::Merge(&body),
+        )
+        .await;
+    match written {
+        Ok(written) => {
+            ctx.writer.echoes.expect(&written);
+            true
+        }
+        Err(e) => {
+            tracing::debug!(pool = %super::load::pool_key(pool), error = %brief(&e), "pool status write failed; retrying");
+            false
+        }
+    }
+}
+
+/// Publishes `PodCreateFailed` when a refusal is new to the Pool's status.
+pub async fn pod_create_failed(writer: &Writer, pool: &SandboxPool, message: &str) {
+    let current = pool
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    if crate::api::conditions::has_reason(current, types::READY, reasons::POD_CREATE_FAILED) {
+        return;
+    }
+    let note = format!("creating a sandbox Pod from spec.template failed: {message}");
+    writer
+        .event(
+            &pool.object_ref(&()),
+            true,
+            reasons::POD_CREATE_FAILED,
+            &note,
+        )
+        .await;
+}
+
+/// Writes a claim's status (guarded: the pool may bind the claim meanwhile), then its
+/// Event. The reconcile's answer.
+pub async fn claim(
+    writer: &Writer,
+    claim: &SandboxClaim,
+    plan: ClaimPlan,
+) -> Result<Action, SandboxError> {
+    let requeue = plan
+        .requeue
+        .map_or_else(Action::await_change, Action::requeue);
+    let Some(status) = plan.status else {
+        return Ok(requeue);
+    };
+    let ns = claim.namespace().unwrap_or_default();
+    let body = json!({
+        "metadata": {"resourceVersion": claim.resource_version()},
+        "status": status,
+    });
+    writer.wrote("SandboxClaim/status");
+    let api = writer.api::<SandboxClaim>(&ns);
+    match api
+        .patch_status(
+            &claim.name_any(),
+            &params(field_manager::SANDBOX),
+            &Patch::Merge(&body),
+        )
+        .await
+    {
+        Ok(written) => writer.echoes.expect(&written),
+        Err(e) if is_conflict(&e) => return Ok(Action::requeue(RETRY)),
+        Err(e) => return Err(e.into()),
+    }
+    if let Some((warning, reason, note)) = plan.event {
+        writer
+            .event(&claim.object_ref(&()), warning, reason, &note)
+            .await;
+    }
+    Ok(requeue)
+}
+
+/// Applies the Env's Pools (the autoscaler's hand-over first, then this controller's
+/// apply). A conflict stops the reconcile; a refusal (an invalid Pool name or template, an
+/// admission policy) is returned, and the other members go on.
+pub async fn apply_pools(
+    writer: &Writer,
+    ns: &str,
+    applies: &[PoolApply],
+) -> Result<Vec<String>, SandboxError> {
+    let api = writer.api::<SandboxPool>(ns);
+    let mut refused = Vec::new();
+    for a in applies {
+        let applied = async {
+            if let Some(hand_over) = &a.hand_over {
+                writer.wrote("SandboxPool");
+                api.patch(
+                    &a.pool,
+                    &PatchParams::apply(field_manager::SANDBOX_AUTOSCALER).force(),
+                    &Patch::Apply(hand_over),
+                )
+                .await?;
+            }
+            writer.wrote("SandboxPool");
+            api.patch(
+                &a.pool,
+                &PatchParams::apply(field_manager::SANDBOX).force(),
+                &Patch::Apply(&a.body),
+            )
+            .await
+        };
+        match applied.await {
+            Ok(_) => {}
+            Err(e) if is_conflict(&e) => {
+                return Err(SandboxError::Conflict(format!(
+                    "SandboxPool {ns}/{}",
+                    a.pool
+                )));
+            }
+            Err(e) => refused.push(format!("SandboxPool {}: {}", a.pool, brief(&e))),
+        }
+    }
+    Ok(refused)
+}
+
+/// Deletes the Pools of members that are gone.
+pub async fn delete_pools(writer: &Writer, ns: &str, pools: &[String]) -> Result<(), SandboxError> {
+    let api = writer.api::<SandboxPool>(ns);
+    for p in pools {
+        writer.wrote("SandboxPool");
+        match api.delete(p, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Writes an Env's status when it changed, then its Warning Event.
+pub async fn env_status(
+    writer: &Writer,
+    env: &SandboxEnv,
+    plan: &EnvStatusPlan,
+) -> Result<(), SandboxError> {
+    let Some(status) = &plan.status else {
+        return Ok(());
+    };
+    let ns = env.namespace().unwrap_or_default();
+    writer.wrote("SandboxEnv/status");
+    let written = writer
+        .api::<SandboxEnv>(&ns)
+        .patch_status(
+            &env.name_any(),
+            &params(field_manager::MANAGER),
+            &Patch::Merge(&json!({"status": status})),
+        )
+        .await?;
+    writer.echoes.expect(&written);
+    if let Some(note) = &plan.event {
+        writer
+            .event(&env.object_ref(&()), true, reasons::POOL_APPLY_FAILED, note)
+            .await;
+    }
+    Ok(())
+}

@@ -1,0 +1,541 @@
+//! Load: the plain-data snapshots the sandbox reconcilers decide on, from the shared caches
+//! (plus a direct read where a lagging cache would mislead: a bound claim's Pod, an Env's
+//! Pool), and the one reading of the clock per reconcile ([`Now`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
+use kube::{
+    Api, Client, ResourceExt,
+    runtime::reflector::{ObjectRef, Store},
+};
+
+use super::admission;
+use super::autoscaler::{
+    self, PodState, PoolPod, PoolView, QueueStats, ScaleDownMark, SiblingPool, Snapshot,
+};
+use super::claim::{ClaimSnapshot, Found, Target};
+use super::env::{EnvSnapshot, MemberPool, group_of};
+use super::memory::Memory;
+use super::pool::{self, ClaimView, PodView, PoolSnapshot, keys};
+use crate::api::conditions::{self, types};
+use crate::api::sandbox::{SandboxClaim, SandboxEnv, SandboxPool, reasons};
+use crate::runtime::{decode::Decoded, invalid};
+
+/// The caches the sandbox reconcilers load from.
+#[derive(Clone)]
+pub struct Stores {
+    /// Sandbox Pods (those labelled with a pool), trimmed.
+    pub pods: Store<Pod>,
+    /// Claims.
+    pub claims: Store<SandboxClaim>,
+    /// Pools.
+    pub pools: Store<SandboxPool>,
+    /// Envs, for a Pool's autoscaling group.
+    pub envs: Store<SandboxEnv>,
+    /// ResourceQuotas, for the autoscaler's admission probe.
+    pub quotas: Store<ResourceQuota>,
+}
+
+/// The instant one reconcile runs at, read once by Load and passed down: every decision
+/// and every timestamp a reconcile writes use it, so one reconcile is consistent with
+/// itself (and decide and commit are testable without a clock).
+#[derive(Debug, Clone, Copy)]
+pub struct Now {
+    /// The wall clock: what is decided and written.
+    pub wall: Timestamp,
+    /// The monotonic clock: backoffs and the age of in-flight writes.
+    pub mono: tokio::time::Instant,
+}
+
+impl Now {
+    fn read() -> Self {
+        Self {
+            wall: Timestamp::now(),
+            mono: tokio::time::Instant::now(),
+        }
+    }
+}
+
+/// `ns/name` of a Pool: how the process memory keys it.
+pub fn pool_key(pool: &SandboxPool) -> String {
+    format!(
+        "{}/{}",
+        pool.namespace().unwrap_or_default(),
+        pool.name_any()
+    )
+}
+
+/// Whether a claim targets this pool (`poolRef`, or `envRef` to its Env and group).
+pub fn claim_targets(c: &SandboxClaim, pool: &SandboxPool) -> bool {
+    if c.namespace() != pool.namespace() {
+        return false;
+    }
+    if let Some(r) = &c.spec.pool_ref {
+        return r.name == pool.name_any();
+    }
+    if let Some(r) = &c.spec.env_ref {
+        let env_owned = pool
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "SandboxEnv" && o.name == r.name);
+        let group_ok = r
+            .group
+            .as_ref()
+            .is_none_or(|g| pool.spec.scaling_group.as_ref() == Some(g));
+        return env_owned && group_ok;
+    }
+    false
+}
+
+fn parse_time(s: Option<&String>) -> Option<Timestamp> {
+    s?.parse().ok()
+}
+
+fn pod_view(p: &Pod) -> PodView {
+    let status = p.status.as_ref();
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let phase = status.and_then(|s| s.phase.as_deref());
+    let annotations = p.annotations();
+    let claim = annotations
+        .get(keys::CLAIM)
+        .and_then(|v| v.split_once('/'))
+        .map(|(n, u)| (n.to_string(), u.to_string()));
+    let since = parse_time(annotations.get(keys::STATE_SINCE))
+        .or_else(|| p.creation_timestamp().map(|t| t.0))
+        .unwrap_or(Timestamp::UNIX_EPOCH);
+    PodView {
+        name: p.name_any(),
+        uid: p.uid().unwrap_or_default(),
+        resource_version: p.resource_version().unwrap_or_default(),
+        ready,
+        ip: status
+            .and_then(|s| s.pod_ip.clone())
+            .filter(|ip| !ip.is_empty()),
+        terminating: p.metadata.deletion_timestamp.is_some(),
+        finished: matches!(phase, Some("Failed" | "Succeeded")),
+        claim,
+        marked: annotations.contains_key(keys::SCALE_DOWN),
+        since,
+    }
+}
+
+fn claim_view(c: &SandboxClaim) -> ClaimView {
+    let status = c.status.clone().unwrap_or_default();
+    ClaimView {
+        name: c.name_any(),
+        uid: c.uid().unwrap_or_default(),
+        created: c
+            .creation_timestamp()
+            .map(|t| t.0)
+            .unwrap_or(Timestamp::UNIX_EPOCH),
+        phase: status.phase,
+        pod_name: status.pod_name,
+    }
+}
+
+fn pool_pod(p: &Pod, v: &PodView) -> PoolPod {
+    let annotations = p.annotations();
+    let state = if v.terminating || v.finished {
+        PodState::Terminating
+    } else if v.claim.is_some() {
+        PodState::Claimed
+    } else if !v.ready || v.ip.is_none() {
+        PodState::Starting
+    } else {
+        PodState::Idle
+    };
+    PoolPod {
+        name: v.name.clone(),
+        uid: v.uid.clone(),
+        resource_version: v.resource_version.clone(),
+        state,
+        ready: v.ready,
+        has_ip: v.ip.is_some(),
+        idle_since: (state == PodState::Idle)
+            .then(|| parse_time(annotations.get(keys::STATE_SINCE)))
+            .flatten(),
+        mark: annotations
+            .get(keys::SCALE_DOWN)
+            .map(|a| ScaleDownMark::from_annotation(a)),
+    }
+}
+
+/// The Pool's Env (its owner) from the Env cache.
+fn env_of(stores: &Stores, pool: &SandboxPool) -> Option<Arc<SandboxEnv>> {
+    let ns = pool.namespace()?;
+    let owner = pool
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "SandboxEnv")?;
+    stores.envs.get(&ObjectRef::new(&owner.name).within(&ns))
+}
+
+/// The scaling group a Pool's autoscaler decides in (`ns/env-uid/group`), when the Pool is
+/// in a group of an Env the cache shows.
+pub fn group_key(stores: &Stores, pool: &SandboxPool) -> Option<String> {
+    let group = pool.spec.scaling_group.as_ref()?;
+    let env = env_of(stores, pool)?;
+    Some(format!(
+        "{}/{}/{group}",
+        pool.namespace().unwrap_or_default(),
+        env.uid().unwrap_or_default()
+    ))
+}
+
+/// A Pool as its reconcile sees it.
+#[derive(Debug, Clone)]
+pub struct PoolLoad {
+    /// The instant of this reconcile.
+    pub now: Now,
+    /// `ns/name`.
+    pub key: String,
+    /// The Pool's Pods in the cache, with the binds in flight overlaid.
+    pub views: Vec<PodView>,
+    /// The claims that target the Pool, with the binds in flight overlaid.
+    pub claims: Vec<ClaimView>,
+    /// Pods this process created that the cache does not show yet.
+    pub in_flight_creates: Vec<String>,
+    /// Claims whose status says this Pool (or its Env's group) is missing: it is not.
+    pub waiting_claims: Vec<ObjectRef<SandboxClaim>>,
+    /// The autoscaler's snapshot, for a Pool of a scaling group whose Env the cache shows.
+    pub autoscaler: Option<Snapshot>,
+}
+
+impl PoolLoad {
+    /// The planner's snapshot at size `replicas`.
+    pub fn plan_input(
+        &self,
+        pool: &SandboxPool,
+        replicas: i32,
+        pods: Vec<PodView>,
+    ) -> PoolSnapshot {
+        PoolSnapshot {
+            replicas,
+            recycle: pool.spec.recycle_policy,
+            pods,
+            in_flight_creates: self.in_flight_creates.clone(),
+            claims: self.claims.clone(),
+            claims_synced: true,
+        }
+    }
+}
+
+/// Load of one Pool: its Pods and claims from the caches, the writes in flight, and (in a
+/// scaling group) the autoscaler's snapshot. Call it holding the group's turn
+/// ([`group_key`]): siblings' sizes are read here.
+pub fn pool(stores: &Stores, memory: &Memory, pool: &SandboxPool) -> PoolLoad {
+    let now = Now::read();
+    let ns = pool.namespace().unwrap_or_default();
+    let name = pool.name_any();
+    let key = pool_key(pool);
+    let pods: Vec<Arc<Pod>> = stores
+        .pods
+        .state()
+        .into_iter()
+        .filter(|p| {
+            p.namespace().as_deref() == Some(ns.as_str())
+                && p.labels().get(keys::POOL) == Some(&name)
+        })
+        .collect();
+    let mut views: Vec<PodView> = pods.iter().map(|p| pod_view(p)).collect();
+    let in_flight_creates = memory.in_flight.creates(&key, &views, now.mono);
+    let targeting: Vec<Arc<SandboxClaim>> = stores
+        .claims
+        .state()
+        .into_iter()
+        .filter(|c| claim_targets(c, pool))
+        .collect();
+    let waiting_claims = targeting
+        .iter()
+        .filter(|c| {
+            let conds = c
+                .status
+                .as_ref()
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or_default();
+            conditions::has_reason(conds, types::READY, reasons::POOL_NOT_FOUND)
+                || conditions::has_reason(conds, types::READY, reasons::ENV_NOT_FOUND)
+        })
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect();
+    let mut claims: Vec<ClaimView> = targeting.iter().map(|c| claim_view(c)).collect();
+    memory
+        .in_flight
+        .overlay_binds(&key, &mut views, &mut claims, now.mono);
+    let mut load = PoolLoad {
+        now,
+        key,
+        views,
+        claims,
+        in_flight_creates,
+        waiting_claims,
+        autoscaler: None,
+    };
+    if let Some(group_name) = &pool.spec.scaling_group
+        && let Some(env) = env_of(stores, pool)
+    {
+        let snapshot = autoscaler_snapshot(stores, memory, pool, &load, &pods, &targeting);
+        load.autoscaler = Some(Snapshot {
+            group: group_of(&env, group_name),
+            ..snapshot
+        });
+    }
+    load
+}
+
+/// The autoscaler's snapshot of one Pool (its group is filled in by the caller).
+fn autoscaler_snapshot(
+    stores: &Stores,
+    memory: &Memory,
+    pool: &SandboxPool,
+    load: &PoolLoad,
+    pods: &[Arc<Pod>],
+    claims: &[Arc<SandboxClaim>],
+) -> Snapshot {
+    let views = &load.views;
+    let in_flight = load.in_flight_creates.len();
+    // Demand: every Pending claim no Pod names, including those the plan binds to idle
+    // Pods (decide subtracts the idle Pods itself).
+    let queued = pool::waiting_claims(&load.plan_input(pool, pool.spec.replicas, views.clone()));
+    let claimed_by_pods: Vec<&str> = views
+        .iter()
+        .filter_map(|v| v.claim.as_ref().map(|(n, _)| n.as_str()))
+        .collect();
+    let oldest_pending_since = claims
+        .iter()
+        .filter(|c| {
+            let s = c.status.as_ref();
+            matches!(s.and_then(|s| s.phase.as_deref()), None | Some("Pending"))
+                && !claimed_by_pods.contains(&c.name_any().as_str())
+        })
+        .filter_map(|c| c.creation_timestamp().map(|t| t.0))
+        .min();
+    let last_bound = claims
+        .iter()
+        .filter_map(|c| c.status.as_ref()?.bound_at.as_ref().map(|t| t.0))
+        .max();
+    let last_claimed = views
+        .iter()
+        .filter(|v| v.claim.is_some())
+        .map(|v| v.since)
+        .max();
+    let live = views
+        .iter()
+        .filter(|v| !v.terminating && !v.finished)
+        .count()
+        + in_flight;
+    let missing = pool.spec.replicas - live as i32;
+    Snapshot {
+        pool: PoolView {
+            name: pool.name_any(),
+            replicas: pool.spec.replicas,
+            auto_scaling: pool
+                .status
+                .as_ref()
+                .and_then(|s| s.auto_scaling.clone())
+                .unwrap_or_default(),
+        },
+        group: None,
+        siblings: siblings(stores, memory, pool, load.now),
+        queue: QueueStats {
+            pending: queued as i32,
+            oldest_pending_since: if queued > 0 {
+                oldest_pending_since
+            } else {
+                None
+            },
+        },
+        pods: pods
+            .iter()
+            .zip(views)
+            .map(|(p, v)| pool_pod(p, v))
+            .collect(),
+        in_flight: autoscaler::InFlight {
+            creates: in_flight as i32,
+            deletes: 0,
+        },
+        last_claim_at: last_bound.max(last_claimed),
+        admission: admission::probe(&stores.quotas.state(), pool, missing),
+        history: memory.history.of(&load.key),
+    }
+}
+
+/// The other Pools of the Pool's group and Env, each at the size this process last wrote
+/// until the cache shows that write.
+fn siblings(stores: &Stores, memory: &Memory, pool: &SandboxPool, now: Now) -> Vec<SiblingPool> {
+    let ns = pool.namespace().unwrap_or_default();
+    let name = pool.name_any();
+    let env_owner = pool
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "SandboxEnv")
+        .map(|o| o.uid.clone());
+    stores
+        .pools
+        .state()
+        .iter()
+        .filter(|p| {
+            p.namespace().as_deref() == Some(ns.as_str())
+                && p.name_any() != name
+                && p.spec.scaling_group.is_some()
+                && p.spec.scaling_group == pool.spec.scaling_group
+                && p.owner_references()
+                    .iter()
+                    .any(|o| Some(&o.uid) == env_owner.as_ref())
+        })
+        .map(|p| SiblingPool {
+            name: p.name_any(),
+            replicas: memory
+                .sizes
+                .unseen(&pool_key(p), p.resource_version().as_deref(), now.mono)
+                .unwrap_or(p.spec.replicas),
+        })
+        .collect()
+}
+
+/// Load of one claim: what its reference finds (Pending), or whether its Pod still holds
+/// it (Bound). The Pod cache can lag the claim cache just after a binding: the API server
+/// is asked before a Pod is declared lost.
+pub async fn claim(stores: &Stores, client: &Client, claim: &SandboxClaim) -> (ClaimSnapshot, Now) {
+    let now = Now::read();
+    let ns = claim.namespace().unwrap_or_default();
+    let status = claim.status.clone().unwrap_or_default();
+    let found = match status.phase.as_deref().unwrap_or("Pending") {
+        "Pending" => Found::Pending(target(stores, claim, &ns)),
+        "Bound" => {
+            let pod = status.pod_name.clone().unwrap_or_default();
+            Found::Bound {
+                pod_alive: pod_holds(stores, client, claim, &ns, &pod).await,
+            }
+        }
+        _ => Found::Settled,
+    };
+    let snapshot = ClaimSnapshot {
+        namespace: ns,
+        generation: claim.metadata.generation,
+        created: claim.creation_timestamp().map(|t| t.0),
+        lifetime: claim.spec.lifetime.map(Into::into),
+        status,
+        found,
+    };
+    (snapshot, now)
+}
+
+/// What a Pending claim's reference finds in this cluster.
+fn target(stores: &Stores, claim: &SandboxClaim, ns: &str) -> Target {
+    if let Some(r) = &claim.spec.pool_ref {
+        let found = stores
+            .pools
+            .get(&ObjectRef::new(&r.name).within(ns))
+            .is_some();
+        Target::Pool {
+            name: r.name.clone(),
+            found,
+            undecodable: (!found)
+                .then(|| invalid::find("SandboxPool", ns, &r.name).map(|u| u.message()))
+                .flatten(),
+        }
+    } else if let Some(r) = &claim.spec.env_ref {
+        Target::Env {
+            name: r.name.clone(),
+            group: r.group.clone(),
+            pools: stores
+                .pools
+                .state()
+                .iter()
+                .filter(|p| claim_targets(claim, p))
+                .count(),
+        }
+    } else {
+        Target::Unset
+    }
+}
+
+/// Whether the Pod `pod` exists, is not terminating and names the claim; true when the API
+/// server cannot say (decided at the next reconcile).
+async fn pod_holds(
+    stores: &Stores,
+    client: &Client,
+    claim: &SandboxClaim,
+    ns: &str,
+    pod: &str,
+) -> bool {
+    let uid = claim.uid().unwrap_or_default();
+    let holds = |p: &Pod| {
+        p.metadata.deletion_timestamp.is_none()
+            && p.annotations()
+                .get(keys::CLAIM)
+                .is_some_and(|c| c.ends_with(&uid))
+    };
+    if stores
+        .pods
+        .get(&ObjectRef::new(pod).within(ns))
+        .is_some_and(|p| holds(&p))
+    {
+        return true;
+    }
+    match Api::<Pod>::namespaced(client.clone(), ns)
+        .get_opt(pod)
+        .await
+    {
+        Ok(Some(p)) => holds(&p),
+        Ok(None) => false,
+        Err(_) => true,
+    }
+}
+
+/// Load of one Env: the Pool of each member of this cluster (the cache's, else the API
+/// server's: a stored Pool that does not decode counts as absent and is replaced by the
+/// Env's spec) and the Pools the cache shows the Env owns.
+pub async fn env(
+    stores: &Stores,
+    client: &Client,
+    env: Arc<SandboxEnv>,
+    cluster: &str,
+) -> Result<(EnvSnapshot, Now), kube::Error> {
+    let now = Now::read();
+    let ns = env.namespace().unwrap_or_default();
+    let mut pools = BTreeMap::new();
+    for m in env
+        .spec
+        .clusters
+        .iter()
+        .filter(|c| c.name == cluster)
+        .flat_map(|c| &c.members)
+    {
+        let name = format!("{}-{}", env.name_any(), m.name);
+        let cached = stores.pools.get(&ObjectRef::new(&name).within(&ns));
+        let stored = match &cached {
+            Some(p) => Some(p.clone()),
+            None => Api::<Decoded<SandboxPool>>::namespaced(client.clone(), &ns)
+                .get_opt(&name)
+                .await?
+                .and_then(Decoded::valid)
+                .map(Arc::new),
+        };
+        pools.insert(name, MemberPool { cached, stored });
+    }
+    let uid = env.uid().unwrap_or_default();
+    let owned = stores
+        .pools
+        .state()
+        .iter()
+        .filter(|p| {
+            p.owner_references().iter().any(|o| o.uid == uid)
+                && p.namespace().as_deref() == Some(ns.as_str())
+        })
+        .map(|p| p.name_any())
+        .collect();
+    let snapshot = EnvSnapshot {
+        env,
+        cluster: cluster.to_string(),
+        pools,
+        owned,
+    };
+    Ok((snapshot, now))
+}

@@ -1,6 +1,6 @@
-//! Scaling boundary latency (TESTING.md, "Benchmarks"): N templates × M actions whose
-//! scheduled windows open at the same instant and close at the same instant, each action
-//! on its own Deployment with its own HPA.
+//! Scaling boundary latency (reported in the README's "Scheduled scaling"): N templates ×
+//! M actions whose scheduled windows open at the same instant and close at the same instant,
+//! each action on its own Deployment with its own HPA.
 //!
 //! Watches in this process time every write from the boundary instant (the arrival of
 //! the first event showing the new value); the manager's own `moonin_api_writes_total`

@@ -1,4 +1,4 @@
-//! Claim latency (TESTING.md, "Benchmarks"; issue 4, "Benchmark"): a warm pool of sandbox
+//! Claim latency (the README's "Sandbox pools" section reports it): a warm pool of sandbox
 //! Pods on kwok Nodes, claims at a steady rate, Moonin and agent-sandbox side by side.
 //!
 //! For each system in turn (never both controllers at once: Moonin's manager is stopped

@@ -1,6 +1,7 @@
-//! Discovery footprint (TESTING.md, "Benchmarks"): `moonin run --controllers discovery` on a
-//! kwok cluster of N fake Nodes, K Deployments and K × R Pods, and kube-state-metrics (built
-//! from its Go module by `e2e/kube-state-metrics`) on the same cluster, one after the other.
+//! Discovery footprint (reported in the README's "Discovery"): `moonin run --controllers
+//! discovery` on a kwok cluster of N fake Nodes, K Deployments and K × R Pods, and
+//! kube-state-metrics (built from its Go module by `e2e/kube-state-metrics`) on the same
+//! cluster, one after the other.
 //!
 //! Per system: the time from process start until it is warm, its RSS then (VmRSS, VmHWM from
 //! `/proc/<pid>/status`), CPU time and API requests during warm-up. For Moonin also the

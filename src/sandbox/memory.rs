@@ -1,6 +1,6 @@
 //! What the sandbox reconcilers remember between reconciles, in process memory. None of it
-//! holds truth (ARCHITECTURE.md, rule 2): each entry either bridges the lag of a cache behind this
-//! process's own writes (and is forgotten once the cache shows the write, or after
+//! holds truth (ARCHITECTURE.md, rule 2): each entry either bridges the lag of a cache behind
+//! this process's own writes (and is forgotten once the cache shows the write, or after
 //! [`IN_FLIGHT_TTL`]), or refines a figure the objects also carry. A restart loses it all
 //! and the controllers still converge.
 //!

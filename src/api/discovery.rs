@@ -287,6 +287,43 @@ pub struct DeploymentEntry {
     /// Open error signals.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub signals: Vec<String>,
+    /// What the next WorkloadRevision of this Deployment is measured from: the Deployment
+    /// as first seen or as of its last recorded change. Kept here so that a restart finds a
+    /// change made while Moonin was down, and a first start writes no revision at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<WorkloadBaseline>,
+}
+
+/// The state of a Deployment that its next change is measured from (names, never data).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadBaseline {
+    /// The Deployment's UID: one deleted and created again under its name starts afresh.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    /// The ReplicaSet revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// `spec.replicas`.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Containers and their images, init containers first, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<ContainerImage>,
+    /// ConfigMaps and Secrets the template refers to, as `ConfigMap/<name>` or
+    /// `Secret/<name>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config_refs: Vec<String>,
+}
+
+/// A container and its image.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerImage {
+    /// Container name.
+    pub name: String,
+    /// Image.
+    pub image: String,
 }
 
 /// One CronJob.
@@ -388,6 +425,18 @@ pub struct HelmRelease {
         description = "Field manager that made the change"
     ),
     printcolumn(
+        name = "Outcome",
+        type_ = "string",
+        json_path = ".status.outcome",
+        description = "How the rollout ended: Complete, Failed, Superseded or RolledBack"
+    ),
+    printcolumn(
+        name = "Took",
+        type_ = "string",
+        json_path = ".status.took",
+        description = "From the change to its outcome"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -424,6 +473,10 @@ pub struct WorkloadRevisionSpec {
     /// The Helm release behind the change, when Helm manages the workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm: Option<HelmRevision>,
+    /// Whether the Pod template changed: the change started a rollout, whose outcome the
+    /// status records. (A change of replicas alone starts none.)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rollout: bool,
 }
 
 /// The workload a revision belongs to.
@@ -476,13 +529,40 @@ pub struct HelmRevision {
     pub version: String,
 }
 
-/// Bookkeeping for a revision record.
+/// How a rollout ends (`status.outcome` of a WorkloadRevision).
+pub mod outcomes {
+    /// Every replica of the new revision is updated and available.
+    pub const COMPLETE: &str = "Complete";
+    /// The Deployment reports `ProgressDeadlineExceeded` or a `ReplicaFailure`.
+    pub const FAILED: &str = "Failed";
+    /// A newer change came before this one completed.
+    pub const SUPERSEDED: &str = "Superseded";
+    /// The next change restored the images this one replaced.
+    pub const ROLLED_BACK: &str = "RolledBack";
+}
+
+/// Bookkeeping for a revision record, and how its rollout ended.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadRevisionStatus {
     /// The generation of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// How the rollout ended: `Complete`, `Failed`, `Superseded` or `RolledBack`; absent
+    /// while it runs, and for a change that started none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// Why: the failure's reason and message, or the change that superseded or rolled
+    /// this one back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome_message: Option<String>,
+    /// When the outcome was observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    /// From the change to its outcome, such as `42s` or `3m10s` (for `Complete`: the time
+    /// to available).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub took: Option<String>,
     /// Ready once the record is complete.
     #[serde(default)]
     #[schemars(schema_with = "crate::api::schema::conditions")]

@@ -1,5 +1,7 @@
 //! The baselines revision records are measured from: per Deployment, the view its last
-//! record was derived from. Shared by the recorders and the Deployment watch.
+//! record was derived from (or its first sight). Shared by the recorders, the Deployment
+//! watch and the inventory, which publishes each one ([`published`]) so that the next
+//! process starts from it ([`restored`]) instead of from nothing.
 
 use std::{
     collections::HashMap,
@@ -7,6 +9,7 @@ use std::{
 };
 
 use super::view::DeploymentView;
+use crate::api::discovery::{ContainerImage, WorkloadBaseline};
 
 /// Per Deployment (`(namespace, name)`), the view its last revision record was derived
 /// from: a change is measured from there, not from the previous event (an edit is recorded
@@ -37,6 +40,43 @@ impl Baselines {
     }
 }
 
+/// What the inventory publishes of a baseline: the fields a change is measured on.
+pub fn published(view: &DeploymentView) -> WorkloadBaseline {
+    WorkloadBaseline {
+        uid: view.uid.clone(),
+        revision: view.revision,
+        replicas: view.replicas,
+        containers: view
+            .images
+            .iter()
+            .map(|(name, image)| ContainerImage {
+                name: name.clone(),
+                image: image.clone(),
+            })
+            .collect(),
+        config_refs: view.config_refs.clone(),
+    }
+}
+
+/// The baseline an earlier process published for `namespace`/`name`, as a view to measure
+/// from (the fields [`published`] leaves out are empty: no change is measured on them).
+pub fn restored(namespace: &str, name: &str, b: &WorkloadBaseline) -> DeploymentView {
+    DeploymentView {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        uid: b.uid.clone(),
+        revision: b.revision,
+        replicas: b.replicas,
+        images: b
+            .containers
+            .iter()
+            .map(|c| (c.name.clone(), c.image.clone()))
+            .collect(),
+        config_refs: b.config_refs.clone(),
+        ..DeploymentView::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,5 +100,41 @@ mod tests {
         assert_eq!(baselines.get(&key), Some(v));
         baselines.forget(&key);
         assert_eq!(baselines.get(&key), None);
+    }
+
+    #[test]
+    fn a_published_baseline_restores_every_field_a_change_is_measured_on() {
+        let view = DeploymentView {
+            uid: "u1".into(),
+            replicas: 3,
+            config_refs: vec!["ConfigMap/web".into(), "Secret/db".into()],
+            images: vec![
+                ("init".into(), "busybox:1".into()),
+                ("app".into(), "app:2".into()),
+            ],
+            // Not measured on: left out.
+            ready: 2,
+            template_manager: Some("kubectl".into()),
+            ..web(2, "app:2")
+        };
+        let back = restored("shop", "web", &published(&view));
+        assert_eq!(
+            back,
+            DeploymentView {
+                ready: 0,
+                template_manager: None,
+                ..view.clone()
+            }
+        );
+        assert_eq!(
+            crate::discovery::revision::change(
+                Some(&back),
+                &view,
+                None,
+                "2026-01-01T00:00:00Z".parse().unwrap()
+            ),
+            None,
+            "nothing changed since the published baseline"
+        );
     }
 }

@@ -14,7 +14,7 @@ use super::signals;
 use super::view::{DeploymentView, HpaView, JobView, ScaledObjectView};
 use crate::api::discovery::{
     CronJobEntry, CronJobRun, DeploymentEntry, HelmRelease, InventorySummary,
-    NamespaceInventoryStatus,
+    NamespaceInventoryStatus, WorkloadBaseline,
 };
 
 /// The health of a Deployment entry.
@@ -95,11 +95,13 @@ fn count(n: usize) -> i32 {
 /// `signals` come from [`signals::deployment_signals`]. `health` is `Degraded` when any
 /// signal is of the failure kind (hazards alone do not degrade), else `Progressing` while
 /// the controller has not observed the latest generation or updated or available replicas
-/// are below the desired count, else `Healthy`.
+/// are below the desired count, else `Healthy`. `baseline` is what its next revision is
+/// measured from ([`super::baselines`]).
 pub fn deployment_entry(
     d: &DeploymentView,
     autoscaler: Option<String>,
     signals: Vec<String>,
+    baseline: Option<WorkloadBaseline>,
 ) -> DeploymentEntry {
     let health = if signals.iter().any(|s| signals::is_failure(s)) {
         health::DEGRADED
@@ -122,6 +124,7 @@ pub fn deployment_entry(
         helm_release: d.helm_release.clone(),
         health: health.to_string(),
         signals,
+        baseline,
     }
 }
 
@@ -288,6 +291,15 @@ pub fn split(status: NamespaceInventoryStatus, max_bytes: usize) -> Vec<Namespac
         p.summary = Some(summarize(p));
     }
     parts
+}
+
+/// The name of part `i` (from 0) of an inventory: `inventory`, `inventory-1`, …
+pub fn part_name(i: usize) -> String {
+    if i == 0 {
+        "inventory".to_string()
+    } else {
+        format!("inventory-{i}")
+    }
 }
 
 /// The part a NamespaceInventory's name stands for: `inventory` is 0, `inventory-<i>` is

@@ -34,7 +34,7 @@ fn view() -> DeploymentView {
 
 #[test]
 fn a_deployment_entry_copies_the_view() {
-    let e = deployment_entry(&view(), Some("HPA/web 2-10".into()), vec![]);
+    let e = deployment_entry(&view(), Some("HPA/web 2-10".into()), vec![], None);
     assert_eq!(
         e,
         DeploymentEntry {
@@ -48,6 +48,7 @@ fn a_deployment_entry_copies_the_view() {
             helm_release: Some("shop".into()),
             health: "Healthy".into(),
             signals: vec![],
+            baseline: None,
         }
     );
 }
@@ -98,7 +99,7 @@ fn health_from_signals_and_rollout() {
         ),
     ];
     for (d, signals, want) in cases {
-        let got = deployment_entry(&d, None, signals.clone()).health;
+        let got = deployment_entry(&d, None, signals.clone(), None).health;
         assert_eq!(got, want, "{signals:?} {d:?}");
     }
 }

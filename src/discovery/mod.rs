@@ -4,12 +4,12 @@
 //! Load → Decide → Commit, like the other controllers. The watches feed synchronous
 //! indexes of small projections ([`index`], [`watch`], [`view`], [`stores`]) and mark what
 //! changed ([`dirty`]); the controller ([`controller`]) rebuilds it ([`rebuild`]): the
-//! revision records of changed Deployments ([`record`], deciding with [`revision`]), each
-//! changed namespace's inventory ([`namespace`], with [`inventory`] and [`signals`]) and
-//! the cluster status ([`status`], with [`cluster`]), writing only what differs; the
-//! leader renews a heartbeat Lease ([`heartbeat`]). Helm release Secrets are watched
-//! metadata-only and decoded one at a time ([`helm_secrets`]) by the sanitiser ([`helm`]),
-//! and never kept.
+//! revision records of changed Deployments ([`record`], deciding with [`revision`], and
+//! following each rollout to its outcome with [`rollout`]), each changed namespace's
+//! inventory ([`namespace`], with [`inventory`] and [`signals`]) and the cluster status
+//! ([`status`], with [`cluster`]), writing only what differs; the leader renews a heartbeat
+//! Lease ([`heartbeat`]). Helm release Secrets are watched metadata-only and decoded one at
+//! a time ([`helm_secrets`]) by the sanitiser ([`helm`]), and never kept.
 
 pub mod baselines;
 pub mod cluster;
@@ -27,6 +27,7 @@ pub mod progress;
 pub mod rebuild;
 pub mod record;
 pub mod revision;
+pub mod rollout;
 pub mod shared;
 pub mod signals;
 pub mod status;

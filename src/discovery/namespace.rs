@@ -15,6 +15,7 @@ use kube::{
 use serde_json::json;
 
 use super::{
+    baselines,
     errors::gone_is_done,
     helm_secrets, inventory,
     names::CONTROLLER,
@@ -28,7 +29,7 @@ use crate::api::{
     conditions::{self, Desired, types},
     discovery::{
         ClusterDiscovery, CronJobEntry, DeploymentEntry, HelmRelease, NamespaceInventory,
-        NamespaceInventoryStatus,
+        NamespaceInventoryStatus, WorkloadBaseline,
     },
     field_manager,
 };
@@ -57,6 +58,9 @@ pub struct NamespaceSnapshot {
     pub published_runs: Vec<CronJobEntry>,
     /// Per Deployment, the signals its published entry shows (already reported).
     pub published_signals: HashMap<String, Vec<String>>,
+    /// Per Deployment, the baseline its next revision is measured from: this process's,
+    /// else the one the published entry holds.
+    pub baselines: HashMap<String, WorkloadBaseline>,
     /// Its Helm releases, sanitised (none when Helm discovery is off).
     pub releases: Vec<HelmRelease>,
     /// When it was loaded.
@@ -91,19 +95,32 @@ pub async fn load(shared: &Shared, ns: &str, helm_enabled: bool) -> NamespaceSna
     let now = Timestamp::now();
     let mut published_runs = Vec::new();
     let mut published_signals = HashMap::new();
+    let mut published_baselines = HashMap::new();
     for part in s.inventories.state() {
         if part.namespace().as_deref() != Some(ns) {
             continue;
         }
         if let Some(st) = &part.status {
             published_runs.extend(st.cron_jobs.iter().cloned());
-            published_signals.extend(
-                st.deployments
-                    .iter()
-                    .map(|d| (d.name.clone(), d.signals.clone())),
-            );
+            for d in &st.deployments {
+                published_signals.insert(d.name.clone(), d.signals.clone());
+                if let Some(b) = &d.baseline {
+                    published_baselines.insert(d.name.clone(), b.clone());
+                }
+            }
         }
     }
+    let deployments = s.deployments.in_namespace(ns);
+    let baselines = deployments
+        .iter()
+        .filter_map(|d| {
+            let remembered = shared.baselines.get(&(ns.to_string(), d.name.clone()));
+            let b = remembered
+                .map(|v| baselines::published(&v))
+                .or_else(|| published_baselines.remove(&d.name))?;
+            Some((d.name.clone(), b))
+        })
+        .collect();
     let releases = if helm_enabled {
         helm_secrets::releases(
             &shared.client,
@@ -120,7 +137,7 @@ pub async fn load(shared: &Shared, ns: &str, helm_enabled: bool) -> NamespaceSna
     };
     NamespaceSnapshot {
         namespace: ns.to_string(),
-        deployments: s.deployments.in_namespace(ns),
+        deployments,
         replica_sets: s.replica_sets.in_namespace_keyed(ns),
         pods: s.pods.in_namespace(ns),
         jobs: s.jobs.in_namespace(ns),
@@ -133,6 +150,7 @@ pub async fn load(shared: &Shared, ns: &str, helm_enabled: bool) -> NamespaceSna
         cron_jobs: s.cron_jobs.in_namespace(ns),
         published_runs,
         published_signals,
+        baselines,
         releases,
         now,
     }
@@ -198,7 +216,10 @@ fn deployment_entries(s: &NamespaceSnapshot) -> (Vec<DeploymentEntry>, Vec<Objec
             signals: signals.clone(),
             published: s.published_signals.get(&d.name).cloned(),
         });
-        entries.push(inventory::deployment_entry(d, autoscaler, signals));
+        let baseline = s.baselines.get(&d.name).cloned();
+        entries.push(inventory::deployment_entry(
+            d, autoscaler, signals, baseline,
+        ));
     }
     (entries, found)
 }
@@ -370,14 +391,6 @@ fn digest(status: &impl serde::Serialize) -> u64 {
 }
 
 /// The name of part `i`: `inventory`, `inventory-1`, …
-fn part_name(i: usize) -> String {
-    if i == 0 {
-        "inventory".to_string()
-    } else {
-        format!("inventory-{i}")
-    }
-}
-
 /// One part's write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartWrite {
@@ -405,7 +418,7 @@ pub fn plan_parts(
     let n = parts.len();
     let mut writes = Vec::new();
     for (i, mut part) in parts.into_iter().enumerate() {
-        let name = part_name(i);
+        let name = inventory::part_name(i);
         let existing = existing(&name);
         let spec_ok = existing
             .as_ref()

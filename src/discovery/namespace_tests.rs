@@ -160,7 +160,7 @@ fn a_signal_is_reported_when_it_appears_and_again_only_after_it_cleared() {
 
 fn stored(part: NamespaceInventoryStatus, i: i32, n: i32) -> Arc<NamespaceInventory> {
     let mut inv = NamespaceInventory::new(
-        &part_name(i as usize),
+        &inventory::part_name(i as usize),
         NamespaceInventorySpec { part: i, parts: n },
     );
     inv.metadata.namespace = Some("shop".into());

@@ -13,18 +13,22 @@ use std::{
 
 use futures::StreamExt;
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     Api,
     api::{DeleteParams, Patch, PatchParams, PostParams},
+    runtime::reflector::ObjectRef,
 };
 use serde_json::json;
 
 use super::{
+    baselines,
     errors::{gone_is_done, namespace_being_deleted},
-    helm_secrets,
+    helm_secrets, inventory,
     names::CONTROLLER,
     names::condition_reasons,
     revision::{self, RevView},
+    rollout,
     shared::Shared,
     view::DeploymentView,
 };
@@ -47,8 +51,8 @@ pub struct RecordPlan {
     pub unmarked: Vec<String>,
     /// The record to create, if the change is worth one.
     pub record: Option<NewRecord>,
-    /// Whether the view becomes the baseline although nothing is created: first sight of a
-    /// Deployment whose current revision an earlier process recorded.
+    /// Whether the view becomes the baseline although nothing is created: there was none
+    /// to measure from (a new Deployment, or one no inventory holds a baseline for).
     pub adopt: bool,
 }
 
@@ -63,11 +67,13 @@ pub struct NewRecord {
     pub prune: Vec<String>,
 }
 
-/// What to write for `after`, measured from its baseline `before` (`None`: first sight),
-/// given the WorkloadRevisions of its namespace. Only records Moonin's discovery wrote for
-/// this workload count.
+/// What to write for `after`, measured from its baseline `before` (this process's, or the
+/// one an earlier process published; `None`: there is none), given the WorkloadRevisions
+/// of its namespace. `first_sight`: this process has not seen the Deployment before. Only
+/// records Moonin's discovery wrote for this workload count.
 pub fn plan(
     before: Option<&DeploymentView>,
+    first_sight: bool,
     after: &DeploymentView,
     revisions: &[RevView],
     helm: Option<HelmRevision>,
@@ -79,20 +85,10 @@ pub fn plan(
         .collect();
     let unmarked = existing
         .iter()
-        .filter(|r| before.is_none() && !r.ready())
+        .filter(|r| first_sight && !r.ready())
         .map(|r| r.name.clone())
         .collect();
-    let spec = match before {
-        Some(b) => revision::change(Some(b), after, helm, now),
-        // First sight (startup, leadership, a new Deployment): a record only when none
-        // exists for its current revision.
-        None => {
-            let current = after.revision.unwrap_or(1);
-            (!existing.iter().any(|r| r.revision == current))
-                .then(|| revision::initial(after, helm, now))
-        }
-    };
-    let record = spec.map(|spec| {
+    let record = revision::change(before, after, helm, now).map(|spec| {
         let name = revision::name(&after.name, &spec);
         let mut all: Vec<(String, Timestamp)> = existing
             .iter()
@@ -107,7 +103,7 @@ pub fn plan(
     });
     RecordPlan {
         unmarked,
-        adopt: record.is_none() && before.is_none(),
+        adopt: !before.is_some_and(|b| revision::same_object(b, after)),
         record,
     }
 }
@@ -170,9 +166,16 @@ async fn record(
     after: &Arc<DeploymentView>,
     helm_enabled: bool,
 ) -> Result<(), kube::Error> {
-    let before = shared
-        .baselines
-        .get(&(after.namespace.clone(), after.name.clone()));
+    let key = (after.namespace.clone(), after.name.clone());
+    let remembered = shared.baselines.get(&key);
+    let first_sight = remembered.is_none();
+    // First sight: measure from what the inventory published, which an edit still waiting
+    // for its ReplicaSet revision must keep being measured from.
+    let before = remembered.or_else(|| {
+        let published = Arc::new(published_baseline(shared, &after.namespace, &after.name)?);
+        shared.baselines.set(&published);
+        Some(published)
+    });
     let now = Timestamp::now();
     let helm = match (&after.helm_release, helm_enabled) {
         (Some(release), true) => helm_secrets::releases(
@@ -188,28 +191,98 @@ async fn record(
         _ => None,
     };
     let revisions = shared.stores.revisions.in_namespace(&after.namespace);
-    let plan = plan(before.as_deref(), after, &revisions, helm, now);
+    let plan = plan(before.as_deref(), first_sight, after, &revisions, helm, now);
+    commit(shared, after, plan, revisions, now).await
+}
+
+/// Writes what [`plan`] decided, then the outcome of every rollout of the workload that
+/// ended ([`rollout::settle`], over `revisions` and the record just created).
+async fn commit(
+    shared: &Shared,
+    after: &Arc<DeploymentView>,
+    plan: RecordPlan,
+    mut revisions: Vec<RevView>,
+    now: Timestamp,
+) -> Result<(), kube::Error> {
     let api: Api<WorkloadRevision> = Api::namespaced(shared.client.clone(), &after.namespace);
     for name in &plan.unmarked {
         mark_recorded(shared, &api, name, now).await?;
     }
-    let Some(new) = plan.record else {
-        if plan.adopt {
-            shared.baselines.set(after);
+    if let Some(new) = plan.record {
+        let created = create(shared, &api, after, &new).await?;
+        shared.baselines.set(after);
+        if created {
+            mark_recorded(shared, &api, &new.name, now).await?;
+            for old in &new.prune {
+                shared.ctx.metrics.wrote(CONTROLLER, "WorkloadRevision");
+                gone_is_done(api.delete(old, &DeleteParams::default()).await)?;
+            }
         }
-        return Ok(());
-    };
-    let created = create(shared, &api, after, &new).await?;
-    shared.baselines.set(after);
-    if !created {
-        return Ok(());
+        revisions.retain(|r| !new.prune.contains(&r.name));
+        if !revisions.iter().any(|r| r.name == new.name) {
+            revisions.push(revision::new_view(&new.name, &new.spec));
+        }
+    } else if plan.adopt {
+        shared.baselines.set(after);
     }
-    mark_recorded(shared, &api, &new.name, now).await?;
-    for old in new.prune {
-        shared.ctx.metrics.wrote(CONTROLLER, "WorkloadRevision");
-        gone_is_done(api.delete(&old, &DeleteParams::default()).await)?;
+    for (name, outcome) in rollout::settle(&revisions, after, now) {
+        write_outcome(shared, &api, &name, &outcome, now).await?;
     }
     Ok(())
+}
+
+/// Records how a rollout ended in its record's status.
+async fn write_outcome(
+    shared: &Shared,
+    api: &Api<WorkloadRevision>,
+    name: &str,
+    o: &rollout::Outcome,
+    now: Timestamp,
+) -> Result<(), kube::Error> {
+    let body = json!({"status": {
+        "outcome": o.outcome,
+        "outcomeMessage": o.message,
+        "finishedAt": Time(now),
+        "took": o.took,
+    }});
+    shared
+        .ctx
+        .metrics
+        .wrote(CONTROLLER, "WorkloadRevision/status");
+    let pp = PatchParams {
+        field_manager: Some(field_manager::DISCOVERY.to_string()),
+        ..PatchParams::default()
+    };
+    // Pruned or deleted with its Deployment meanwhile: nothing to settle.
+    gone_is_done(api.patch_status(name, &pp, &Patch::Merge(&body)).await)
+}
+
+/// The baseline of `namespace`/`name` in the published inventory (any of its parts).
+fn published_baseline(shared: &Shared, namespace: &str, name: &str) -> Option<DeploymentView> {
+    let part = |i: usize| {
+        shared
+            .stores
+            .inventories
+            .get(&ObjectRef::new(&inventory::part_name(i)).within(namespace))
+    };
+    let first = part(0)?;
+    let parts = usize::try_from(first.spec.parts).unwrap_or(1).max(1);
+    std::iter::once(Some(first))
+        .chain((1..parts).map(part))
+        .flatten()
+        .find_map(|p| {
+            let entry = p
+                .status
+                .as_ref()?
+                .deployments
+                .iter()
+                .find(|d| d.name == name)?;
+            Some(baselines::restored(
+                namespace,
+                name,
+                entry.baseline.as_ref()?,
+            ))
+        })
 }
 
 /// Creates a record owned by its Deployment; `false` when it exists already.
@@ -348,11 +421,14 @@ mod tests {
             observed_at: ts("2026-01-01T00:00:00Z"),
             reason: reason.map(String::from),
             foreign: None,
+            rollout: true,
+            images: Vec::new(),
+            outcome: None,
         }
     }
 
     #[test]
-    fn first_sight_of_a_recorded_revision_adopts_it_and_marks_what_an_earlier_process_left() {
+    fn first_sight_without_a_baseline_adopts_it_and_marks_what_an_earlier_process_left() {
         let now = ts("2026-02-01T00:00:00Z");
         let revisions = [
             rec("web-r3-a", "web", 3, None),
@@ -364,9 +440,18 @@ mod tests {
             },
         ];
         assert_eq!(
-            plan(None, &web(3, "app:3"), &revisions, None, now),
+            plan(None, true, &web(3, "app:3"), &revisions, None, now),
             RecordPlan {
                 unmarked: vec!["web-r3-a".into()],
+                record: None,
+                adopt: true,
+            }
+        );
+        // A new Deployment: a baseline, not a revision.
+        assert_eq!(
+            plan(None, true, &web(1, "app:1"), &[], None, now),
+            RecordPlan {
+                unmarked: vec![],
                 record: None,
                 adopt: true,
             }
@@ -374,11 +459,18 @@ mod tests {
     }
 
     #[test]
-    fn first_sight_of_an_unrecorded_revision_is_its_initial_record() {
+    fn a_change_made_while_no_process_watched_is_measured_from_the_published_baseline() {
         let now = ts("2026-02-01T00:00:00Z");
-        let spec = revision::initial(&web(4, "app:4"), None, now);
+        let published = crate::discovery::baselines::restored(
+            "shop",
+            "web",
+            &crate::discovery::baselines::published(&web(4, "app:4")),
+        );
+        let after = web(5, "app:5");
+        let spec = revision::change(Some(&published), &after, None, now).expect("a change");
+        assert_eq!(spec.images[0].from.as_deref(), Some("app:4"));
         assert_eq!(
-            plan(None, &web(4, "app:4"), &[], None, now),
+            plan(Some(&published), true, &after, &[], None, now),
             RecordPlan {
                 unmarked: vec![],
                 record: Some(NewRecord {
@@ -389,6 +481,16 @@ mod tests {
                 adopt: false,
             }
         );
+        // Nothing changed meanwhile: nothing to write, and the baseline stays.
+        let same = plan(Some(&published), true, &web(4, "app:4"), &[], None, now);
+        assert_eq!((same.record, same.adopt), (None, false));
+        // Deleted and created again meanwhile: a new baseline, no revision.
+        let recreated = DeploymentView {
+            uid: "u2".into(),
+            ..web(1, "app:9")
+        };
+        let again = plan(Some(&published), true, &recreated, &[], None, now);
+        assert_eq!((again.record, again.adopt), (None, true));
     }
 
     #[test]
@@ -408,7 +510,7 @@ mod tests {
             .collect();
         let spec = revision::change(Some(&before), &after, None, now).unwrap();
         assert_eq!(
-            plan(Some(&before), &after, &revisions, None, now),
+            plan(Some(&before), false, &after, &revisions, None, now),
             RecordPlan {
                 unmarked: vec![],
                 record: Some(NewRecord {
@@ -426,7 +528,7 @@ mod tests {
         let now = ts("2026-02-01T00:00:00Z");
         let v = web(3, "app:3");
         assert_eq!(
-            plan(Some(&v), &v, &[], None, now),
+            plan(Some(&v), false, &v, &[], None, now),
             RecordPlan {
                 unmarked: vec![],
                 record: None,

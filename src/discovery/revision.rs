@@ -62,9 +62,9 @@ const ELLIPSIS: &str = "…";
 /// the edit without a bump (a paused Deployment) the edit is recorded under the current
 /// revision.
 ///
-/// `before == None` gives `None`: on first sight the caller writes [`initial`], and only if
-/// it holds no record for the workload yet. A `before` with another non-empty UID is a
-/// Deployment deleted and recreated under the same name, and gives its [`initial`] record.
+/// `before == None` (first sight) gives `None`: a baseline is not a revision. A `before`
+/// with another non-empty UID is a Deployment deleted and created again under the same
+/// name, which is first sight as well.
 ///
 /// `changed_by` is the template's field manager when the template changed, else the first
 /// (in byte order) of the managers that own `spec.replicas`. `revision` is the annotation,
@@ -76,10 +76,7 @@ pub fn change(
     helm: Option<HelmRevision>,
     now: Timestamp,
 ) -> Option<WorkloadRevisionSpec> {
-    let before = before?;
-    if !before.uid.is_empty() && !after.uid.is_empty() && before.uid != after.uid {
-        return Some(initial(after, helm, now));
-    }
+    let before = before.filter(|b| same_object(b, after))?;
 
     let images = image_changes(&before.images, &after.images);
     let (added, removed) = config_changes(&before.config_refs, &after.config_refs);
@@ -142,52 +139,8 @@ pub fn change(
             Vec::new()
         },
         helm,
+        rollout: template_changed,
     })
-}
-
-/// The "first observed" record of a Deployment: its images (each as a change from nothing),
-/// replicas and config references as they are now. The caller writes it on first sight of
-/// a workload for which it holds no record (at startup, or when the Deployment is created).
-/// `changed_by` is the template's field manager; `revision` as in [`change`].
-pub fn initial(
-    after: &DeploymentView,
-    helm: Option<HelmRevision>,
-    now: Timestamp,
-) -> WorkloadRevisionSpec {
-    let listed: Vec<String> = after
-        .images
-        .iter()
-        .map(|(container, image)| format!("{container}={image}"))
-        .collect();
-    let summary = if listed.is_empty() {
-        format!("first observed: replicas {}", after.replicas)
-    } else {
-        format!(
-            "first observed: {}; replicas {}",
-            listed.join(", "),
-            after.replicas
-        )
-    };
-    WorkloadRevisionSpec {
-        workload: workload(after),
-        revision: revision_of(after),
-        observed_at: Time(now),
-        summary: truncate(summary),
-        changed_by: after.template_manager.clone(),
-        template_hash: None,
-        images: after
-            .images
-            .iter()
-            .map(|(container, image)| ImageChange {
-                container: container.clone(),
-                from: None,
-                to: Some(image.clone()),
-            })
-            .collect(),
-        replicas: None,
-        config_refs: after.config_refs.clone(),
-        helm,
-    }
 }
 
 /// The object name of a revision record: `<deployment>-r<revision>-<hash>`, lowercase and a
@@ -232,6 +185,12 @@ pub fn prune(existing: &[(String, Timestamp)]) -> Vec<String> {
         .take(excess)
         .map(|(name, _)| name.clone())
         .collect()
+}
+
+/// Whether two views are of the same object: not a Deployment deleted and created again
+/// under its name in between (an unknown UID is taken as the same).
+pub fn same_object(before: &DeploymentView, after: &DeploymentView) -> bool {
+    before.uid.is_empty() || after.uid.is_empty() || before.uid == after.uid
 }
 
 fn workload(view: &DeploymentView) -> WorkloadRef {
@@ -381,7 +340,7 @@ fn is_dns_subdomain(s: &str) -> bool {
         })
 }
 
-/// A WorkloadRevision, reduced to what pruning and restarts need.
+/// A WorkloadRevision, reduced to what pruning, restarts and following its rollout need.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RevView {
     /// Its name.
@@ -398,6 +357,12 @@ pub struct RevView {
     /// Who created it, when not Moonin's discovery: such a record is not part of the
     /// change log (it is reported, and never counted, marked or pruned).
     pub foreign: Option<String>,
+    /// Whether the change started a rollout (`spec.rollout`).
+    pub rollout: bool,
+    /// Its image changes.
+    pub images: Vec<ImageChange>,
+    /// `status.outcome`, once the rollout ended.
+    pub outcome: Option<String>,
 }
 
 impl RevView {
@@ -409,6 +374,21 @@ impl RevView {
     /// Not written by Moonin's discovery, and not yet marked `NotRecorded`.
     pub fn foreign_unreported(&self) -> bool {
         self.foreign.is_some() && self.reason.as_deref() != Some(condition_reasons::NOT_RECORDED)
+    }
+}
+
+/// The view of a record this process has just created (its store may not show it yet).
+pub fn new_view(name: &str, spec: &WorkloadRevisionSpec) -> RevView {
+    RevView {
+        name: name.to_string(),
+        workload: spec.workload.name.clone(),
+        revision: spec.revision,
+        observed_at: spec.observed_at.0,
+        reason: Some(condition_reasons::RECORDED.to_string()),
+        foreign: None,
+        rollout: spec.rollout,
+        images: spec.images.clone(),
+        outcome: None,
     }
 }
 
@@ -434,6 +414,9 @@ pub fn rev_view(r: &WorkloadRevision) -> RevView {
         }),
         foreign: (!managers.contains(&field_manager::DISCOVERY))
             .then(|| managers.first().unwrap_or(&"unknown").to_string()),
+        rollout: r.spec.rollout,
+        images: r.spec.images.clone(),
+        outcome: r.status.as_ref().and_then(|s| s.outcome.clone()),
     }
 }
 

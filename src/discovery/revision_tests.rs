@@ -53,6 +53,7 @@ fn spec(revision: i64, summary: &str) -> WorkloadRevisionSpec {
         replicas: None,
         config_refs: vec!["ConfigMap/shop".into()],
         helm: None,
+        rollout: true,
     }
 }
 
@@ -144,6 +145,7 @@ fn replicas_only_change_names_a_replicas_manager() {
         replicas: Some(ReplicasChange { from: 3, to: 5 }),
         changed_by: Some("argocd-controller".into()),
         config_refs: Vec::new(),
+        rollout: false,
         ..spec(3, "replicas 3 → 5")
     };
     assert_eq!(change(Some(&before), &after, None, now()), Some(expected));
@@ -235,26 +237,17 @@ fn helm_release_is_carried() {
         change(Some(&before), &after, Some(helm.clone()), now()),
         Some(expected)
     );
-    assert_eq!(initial(&after, Some(helm.clone()), now()).helm, Some(helm));
 }
 
 #[test]
-fn first_sight_is_left_to_initial() {
-    let after = shop();
-    assert_eq!(change(None, &after, None, now()), None);
-    let expected = WorkloadRevisionSpec {
-        images: vec![image("app", None, Some("shop:1.2"))],
-        ..spec(3, "first observed: app=shop:1.2; replicas 3")
-    };
-    assert_eq!(initial(&after, None, now()), expected);
+fn first_sight_is_no_revision() {
+    assert_eq!(change(None, &shop(), None, now()), None);
 }
 
 #[test]
-fn missing_revision_annotation_records_revision_one() {
+fn missing_revision_annotation_is_revision_one() {
     let mut created = shop();
     created.revision = None;
-    assert_eq!(initial(&created, None, now()).revision, 1);
-
     // The controller's first sync then annotates revision 1: nothing new to record.
     let mut synced = created.clone();
     synced.revision = Some(1);
@@ -262,15 +255,13 @@ fn missing_revision_annotation_records_revision_one() {
 }
 
 #[test]
-fn recreated_deployment_is_first_observed_again() {
+fn a_recreated_deployment_is_first_sight_again() {
     let before = shop();
     let mut after = shop();
     after.uid = "uid-2".into();
     after.revision = Some(1);
-    assert_eq!(
-        change(Some(&before), &after, None, now()),
-        Some(initial(&after, None, now()))
-    );
+    after.images = vec![("app".into(), "shop:2.0".into())];
+    assert_eq!(change(Some(&before), &after, None, now()), None);
 }
 
 #[test]

@@ -390,6 +390,9 @@ mod tests {
             observed_at: jiff::Timestamp::UNIX_EPOCH,
             reason: reason.map(String::from),
             foreign: foreign.map(String::from),
+            rollout: true,
+            images: Vec::new(),
+            outcome: None,
         };
         let k = key("shop", "web-r1");
         let ours = rev(None, None);

@@ -16,7 +16,7 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
-use moonin::api::discovery::{ClusterDiscovery, NamespaceInventory, WorkloadRevision};
+use moonin::api::discovery::{ClusterDiscovery, ImageChange, NamespaceInventory, WorkloadRevision};
 use serde_json::{Value, json};
 
 use crate::harness::wait_for;
@@ -248,11 +248,22 @@ async fn inventory_revisions_cron_runs_and_hazards() {
         "totals.namespaces {counted} vs {active} active namespaces (other tests create and delete theirs)"
     );
 
-    // An image change is a revision that names who made it.
-    wait_for("web's first revision", Duration::from_secs(30), || async {
-        (!revisions(&rig, "web").await.is_empty()).then_some(())
+    // A baseline is not a revision: new Deployments get theirs in the inventory, and no
+    // WorkloadRevision.
+    let inv = inventory_where(&rig, "web's baseline in the inventory", |v| {
+        entry(v, "deployments", "web").is_some_and(|e| e["baseline"].is_object())
     })
     .await;
+    let baseline = &entry(&inv, "deployments", "web").expect("web")["baseline"];
+    assert_eq!(
+        baseline["containers"],
+        json!([{"name": "app", "image": "registry.example/web:1.0"}]),
+        "{baseline}"
+    );
+    assert!(revisions(&rig, "web").await.is_empty());
+    assert!(revisions(&rig, "api").await.is_empty());
+
+    // An image change is a revision that names who made it.
     rig.deployments()
         .patch(
             "web",
@@ -303,6 +314,99 @@ async fn inventory_revisions_cron_runs_and_hazards() {
             .iter()
             .any(|o| o.kind == "Deployment" && o.name == "web")
     );
+    assert!(change.spec.rollout, "{:?}", change.spec);
+
+    // The revision follows its rollout: Complete once every replica is available.
+    let done = wait_for(
+        "the image change's rollout Complete",
+        Duration::from_secs(60),
+        || async {
+            let r = revisions(&rig, "web")
+                .await
+                .into_iter()
+                .find(|r| r.name_any() == change.name_any())?;
+            let s = r.status?;
+            (s.outcome.as_deref() == Some("Complete")).then_some(s)
+        },
+    )
+    .await;
+    assert!(
+        done.took.as_deref().is_some_and(|t| t.ends_with('s')),
+        "{done:?}"
+    );
+    assert!(done.finished_at.is_some(), "{done:?}");
+    // `kubectl get wrev` shows the outcome and how long it took.
+    let table = std::process::Command::new("kubectl")
+        .args(["get", "wrev", &change.name_any(), "-n", rig.ns()])
+        .output()
+        .expect("kubectl get wrev");
+    let table = String::from_utf8_lossy(&table.stdout).to_string();
+    assert!(
+        table.contains("OUTCOME") && table.contains("TOOK"),
+        "{table}"
+    );
+    assert!(table.contains("Complete"), "{table}");
+
+    // A rollout that cannot progress (its new Pods fit no Node) Fails at its deadline.
+    rig.deployments()
+        .patch(
+            "api",
+            &PatchParams::apply("e2e-deployer").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "api"},
+                "spec": {
+                    "progressDeadlineSeconds": 5,
+                    "selector": {"matchLabels": {"app": "api"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "api"}},
+                        "spec": {
+                            "nodeSelector": {"moonin.io/e2e-no-such-node": "x"},
+                            "containers": [{"name": "app", "image": "registry.example/api:3.1-broken"}]
+                        }
+                    }
+                }
+            })),
+        )
+        .await
+        .expect("a rollout that cannot progress");
+    let failed = wait_for(
+        "the stuck rollout Failed",
+        Duration::from_secs(90),
+        || async {
+            revisions(&rig, "api")
+                .await
+                .into_iter()
+                .find(|r| r.status.as_ref().and_then(|s| s.outcome.as_deref()) == Some("Failed"))
+        },
+    )
+    .await;
+    let message = failed
+        .status
+        .and_then(|s| s.outcome_message)
+        .unwrap_or_default();
+    assert!(message.starts_with("ProgressDeadlineExceeded"), "{message}");
+    // Put api back (a rollback of the stuck change) for what follows.
+    rig.deployments()
+        .patch(
+            "api",
+            &PatchParams::apply("e2e-deployer").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "api"},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "api"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "api"}},
+                        "spec": {"containers": [{"name": "app", "image": "registry.example/api:3.1"}]}
+                    }
+                }
+            })),
+        )
+        .await
+        .expect("api back");
 
     // A CronJob's runs are recorded and outlive their Jobs.
     let cron_jobs: Api<CronJob> = Api::namespaced(client.clone(), rig.ns());
@@ -469,11 +573,32 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     })
     .await;
 
-    // A restart does not duplicate revisions, and marks a record that a process killed
-    // between the create and the status patch left without its Ready condition.
+    // A restart does not duplicate revisions, marks a record that a process killed
+    // between the create and the status patch left without its Ready condition, and
+    // records a change made while no manager ran, measured from the published baseline.
     let before = revisions(&rig, "web").await;
+    let api_before = revisions(&rig, "api").await.len();
     let unmarked = before[0].name_any();
     rig.kill();
+    rig.deployments()
+        .patch(
+            "api",
+            &PatchParams::apply("e2e-offline").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "api"},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "api"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "api"}},
+                        "spec": {"containers": [{"name": "app", "image": "registry.example/api:3.2"}]}
+                    }
+                }
+            })),
+        )
+        .await
+        .expect("image change while the manager is down");
     let wrevs: Api<WorkloadRevision> = Api::namespaced(client.clone(), rig.ns());
     wrevs
         .patch_status(
@@ -497,13 +622,86 @@ async fn inventory_revisions_cron_runs_and_hazards() {
         },
     )
     .await;
+    let offline = wait_for(
+        "the change made while down recorded",
+        Duration::from_secs(30),
+        || async {
+            revisions(&rig, "api").await.into_iter().find(|r| {
+                r.spec
+                    .images
+                    .iter()
+                    .any(|i| i.to.as_deref() == Some("registry.example/api:3.2"))
+            })
+        },
+    )
+    .await;
+    assert_eq!(
+        offline.spec.images,
+        [ImageChange {
+            container: "app".into(),
+            from: Some("registry.example/api:3.1".into()),
+            to: Some("registry.example/api:3.2".into()),
+        }],
+        "{:?}",
+        offline.spec
+    );
+    assert_eq!(offline.spec.changed_by.as_deref(), Some("e2e-offline"));
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(
         revisions(&rig, "web").await.len(),
         before.len(),
         "no duplicate revision after a restart"
     );
+    assert_eq!(revisions(&rig, "api").await.len(), api_before + 1);
+
+    // Nothing changed: a restart writes neither a revision nor this namespace's inventory.
+    let inventories: Api<NamespaceInventory> = Api::namespaced(client.clone(), rig.ns());
+    let settled = inventory_where(&rig, "api's new baseline published, all healthy", |v| {
+        entry(v, "deployments", "api").is_some_and(|e| {
+            e["baseline"]["containers"][0]["image"] == "registry.example/api:3.2"
+                && e["health"] == "Healthy"
+        }) && entry(v, "deployments", "web").is_some_and(|e| e["health"] == "Healthy")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let version = inventories
+        .get("inventory")
+        .await
+        .expect("inventory")
+        .resource_version();
+    rig.kill();
+    rig.start().await;
+    wait_for(
+        "a full rebuild by the restarted manager",
+        Duration::from_secs(30),
+        || async { (finished_rebuilds(&rig)? >= 1.0).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = inventories.get("inventory").await.expect("inventory");
+    assert_eq!(
+        after.resource_version(),
+        version,
+        "the inventory was not rewritten"
+    );
+    assert_eq!(
+        serde_json::to_value(after.status).expect("status")["deployments"],
+        settled["deployments"]
+    );
+    assert_eq!(revisions(&rig, "web").await.len(), before.len());
+    assert_eq!(revisions(&rig, "api").await.len(), api_before + 1);
     drop(discovery);
+}
+
+/// The discovery rebuilds the running manager has finished (its duration is observed at
+/// the end; the reconcile counter counts one when it starts).
+fn finished_rebuilds(rig: &Rig) -> Option<f64> {
+    let (_, body) = rig.manager.as_ref()?.get("/metrics")?;
+    body.lines()
+        .find_map(|l| {
+            l.strip_prefix("moonin_reconcile_duration_seconds_count{controller=\"discovery\"} ")
+        })
+        .and_then(|n| n.trim().parse::<f64>().ok())
 }
 
 /// A Helm release payload as Helm stores it: JSON, gzip, base64.

@@ -1,0 +1,210 @@
+use super::*;
+use crate::discovery::view::Cond;
+
+fn ts(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+fn at(minute: u32) -> Timestamp {
+    ts(&format!("2026-03-01T10:{minute:02}:00Z"))
+}
+
+fn image(from: &str, to: &str) -> ImageChange {
+    ImageChange {
+        container: "app".into(),
+        from: Some(from.into()),
+        to: Some(to.into()),
+    }
+}
+
+fn rec(name: &str, revision: i64, minute: u32, images: Vec<ImageChange>) -> RevView {
+    RevView {
+        name: name.into(),
+        workload: "web".into(),
+        revision,
+        observed_at: at(minute),
+        reason: None,
+        foreign: None,
+        rollout: true,
+        images,
+        outcome: None,
+    }
+}
+
+/// `web` at `revision`, 3 replicas of which `available` are available, all updated.
+fn web(revision: i64, available: i32, conditions: Vec<Cond>) -> DeploymentView {
+    DeploymentView {
+        namespace: "shop".into(),
+        name: "web".into(),
+        generation: 4,
+        observed_generation: 4,
+        replicas: 3,
+        updated: 3,
+        ready: available,
+        available,
+        revision: Some(revision),
+        conditions,
+        ..Default::default()
+    }
+}
+
+fn cond(type_: &str, status: &str, reason: &str, message: &str) -> Cond {
+    Cond {
+        type_: type_.into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+    }
+}
+
+#[test]
+fn a_rollout_completes_when_its_revision_is_all_available() {
+    let r = rec("web-r2", 2, 0, vec![image("web:1", "web:2")]);
+    let running = web(
+        2,
+        1,
+        vec![cond("Progressing", "True", "ReplicaSetUpdated", "")],
+    );
+    assert_eq!(outcome(&r, None, &running, at(1)), None);
+    let done = web(
+        2,
+        3,
+        vec![cond("Progressing", "True", "NewReplicaSetAvailable", "")],
+    );
+    assert_eq!(
+        outcome(&r, None, &done, ts("2026-03-01T10:01:12Z")),
+        Some(Outcome {
+            outcome: outcomes::COMPLETE,
+            message: "3 of 3 replicas updated and available".into(),
+            took: "1m12s".into(),
+        })
+    );
+    // Not yet observed by the Deployment controller: not complete, whatever the counts.
+    let unobserved = DeploymentView {
+        observed_generation: 3,
+        ..done.clone()
+    };
+    assert_eq!(outcome(&r, None, &unobserved, at(2)), None);
+}
+
+#[test]
+fn a_rollout_fails_on_the_progress_deadline_or_a_replica_failure() {
+    let r = rec("web-r2", 2, 0, vec![image("web:1", "web:2")]);
+    let stuck = web(
+        2,
+        0,
+        vec![cond(
+            "Progressing",
+            "False",
+            "ProgressDeadlineExceeded",
+            "ReplicaSet \"web-7c\" has timed out progressing.",
+        )],
+    );
+    let got = outcome(&r, None, &stuck, at(10)).expect("an outcome");
+    assert_eq!(got.outcome, outcomes::FAILED);
+    assert_eq!(
+        got.message,
+        "ProgressDeadlineExceeded: ReplicaSet \"web-7c\" has timed out progressing."
+    );
+    assert_eq!(got.took, "10m0s");
+    let quota = web(
+        2,
+        0,
+        vec![cond(
+            "ReplicaFailure",
+            "True",
+            "FailedCreate",
+            "exceeded quota",
+        )],
+    );
+    assert_eq!(
+        outcome(&r, None, &quota, at(1)).map(|o| (o.outcome, o.message)),
+        Some((outcomes::FAILED, "FailedCreate: exceeded quota".to_string()))
+    );
+}
+
+#[test]
+fn a_newer_change_supersedes_or_rolls_back() {
+    let r = rec("web-r2", 2, 0, vec![image("web:1", "web:2")]);
+    let any = web(3, 0, vec![]);
+    let newer = rec("web-r3", 3, 1, vec![image("web:2", "web:3")]);
+    assert_eq!(
+        outcome(&r, Some(&newer), &any, at(1)).map(|o| (o.outcome, o.message)),
+        Some((
+            outcomes::SUPERSEDED,
+            "superseded by web-r3 (revision 3)".to_string()
+        ))
+    );
+    let undo = rec("web-r3", 3, 1, vec![image("web:2", "web:1")]);
+    assert_eq!(
+        outcome(&r, Some(&undo), &any, at(1)).map(|o| o.outcome),
+        Some(outcomes::ROLLED_BACK)
+    );
+    // A change of references only (no images) is superseded, never rolled back.
+    let refs = rec("web-r2", 2, 0, vec![]);
+    assert_eq!(
+        outcome(&refs, Some(&rec("web-r3", 3, 1, vec![])), &any, at(1)).map(|o| o.outcome),
+        Some(outcomes::SUPERSEDED)
+    );
+}
+
+#[test]
+fn a_deployment_already_past_the_recorded_revision_waits_for_the_next_record() {
+    let r = rec("web-r2", 2, 0, vec![image("web:1", "web:2")]);
+    assert_eq!(outcome(&r, None, &web(3, 3, vec![]), at(1)), None);
+}
+
+#[test]
+fn settle_judges_only_open_rollouts_of_the_workload_in_order() {
+    let done = RevView {
+        outcome: Some(outcomes::COMPLETE.into()),
+        ..rec("web-r1", 1, 0, vec![image("web:0", "web:1")])
+    };
+    let replicas_only = RevView {
+        rollout: false,
+        ..rec("web-r2-replicas", 2, 2, vec![])
+    };
+    let foreign = RevView {
+        foreign: Some("kubectl".into()),
+        ..rec("web-r9", 9, 3, vec![])
+    };
+    let other = RevView {
+        workload: "api".into(),
+        ..rec("api-r2", 2, 1, vec![])
+    };
+    let records = [
+        rec("web-r3", 3, 5, vec![image("web:2", "web:1")]),
+        rec("web-r2", 2, 1, vec![image("web:1", "web:2")]),
+        done,
+        replicas_only,
+        foreign,
+        other,
+    ];
+    let d = web(
+        3,
+        3,
+        vec![cond("Progressing", "True", "NewReplicaSetAvailable", "")],
+    );
+    let got: Vec<(String, &str)> = settle(&records, &d, at(6))
+        .into_iter()
+        .map(|(name, o)| (name, o.outcome))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("web-r2".to_string(), outcomes::ROLLED_BACK),
+            ("web-r3".to_string(), outcomes::COMPLETE),
+        ]
+    );
+}
+
+#[test]
+fn durations_read_like_kubectl_ages() {
+    let s = SignedDuration::from_secs;
+    assert_eq!(human(s(0)), "0s");
+    assert_eq!(human(s(59)), "59s");
+    assert_eq!(human(s(60)), "1m0s");
+    assert_eq!(human(s(3599)), "59m59s");
+    assert_eq!(human(s(7500)), "2h5m");
+    assert_eq!(human(s(-5)), "0s");
+}

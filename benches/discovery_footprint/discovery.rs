@@ -24,9 +24,10 @@ use crate::{
     report::{by_kind, by_verb},
     shared::{
         harness::{Manager, TestNamespace},
+        http::get_parsed,
         machine::{self, wait_until_quiet},
         manager::{self as bench_manager, ManagerSeat},
-        metrics::{Counters as Scrape, scrape, scrape_retrying},
+        metrics::{Counters as Scrape, scrape, scrape_retrying, sum},
         process::{self, Usage, listed, moonin_managers, usage},
         report::{mib, progress},
         wait,
@@ -99,6 +100,12 @@ pub struct MooninResult {
     /// Deployments, namespaces).
     pub seen: (i64, i64, i64),
     pub settle_secs: f64,
+    /// The counters once settled after warm-up (from the process start).
+    pub settled_scrape: Scrape,
+    /// A restart with nothing changed: seconds to its first finished rebuild, and its
+    /// counters once settled (from its start).
+    pub restart_secs: f64,
+    pub restart_scrape: Scrape,
     pub steady_secs: f64,
     pub steady: Scrape,
     /// The manager's warnings during the steady window, by message.
@@ -270,7 +277,63 @@ async fn measure_manager(
     // 3. K image changes, in distinct namespaces where possible.
     r.change = run.image_changes(&after).await?;
     r.end = usage(pid);
+
+    // 4. A restart with nothing changed since: it should write nothing.
+    if let Some(m) = slot.as_mut() {
+        bench_manager::stop(m).await;
+    }
+    let launched = Instant::now();
+    let manager = seat.start("discovery", &["--cluster-name", "bench"]).await;
+    let addr = manager.addr;
+    *slot = Some(manager);
+    (r.restart_secs, r.restart_scrape) = restarted(addr, launched, p).await?;
+    progress(&format!(
+        "restarted: first rebuild after {:.1} s; writes {}",
+        r.restart_secs,
+        by_kind(&r.restart_scrape.writes, 1.0)
+    ));
     Ok(())
+}
+
+/// Waits for the restarted manager at `addr` to finish its first (full) rebuild, then for
+/// its writes (the heartbeat aside) to stand still for [`QUIET`]: the seconds to that
+/// rebuild and the counters then.
+async fn restarted(
+    addr: SocketAddr,
+    launched: Instant,
+    p: &Params,
+) -> Result<(f64, Scrape), String> {
+    let deadline = launched + Duration::from_secs(p.warmup_timeout_secs);
+    loop {
+        let finished = get_parsed(addr, "/metrics", |body| {
+            sum(
+                body,
+                "moonin_reconcile_duration_seconds_count{controller=\"discovery\"}",
+                |_| true,
+            )
+        })
+        .await;
+        if finished.is_some_and(|n| n >= 1.0) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err("the restarted manager finished no rebuild".into());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let secs = launched.elapsed().as_secs_f64();
+    let mut last = scrape_retrying(addr).await?;
+    let mut moved = Instant::now();
+    while moved.elapsed() < QUIET && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if let Some(s) = scrape(addr).await
+            && s.writes_except(HEARTBEAT_KIND) != last.writes_except(HEARTBEAT_KIND)
+        {
+            last = s;
+            moved = Instant::now();
+        }
+    }
+    Ok((secs, scrape_retrying(addr).await?))
 }
 
 /// What one manager's measurement uses.
@@ -372,6 +435,7 @@ impl Run<'_> {
         }
         r.settle_secs = settle_started.elapsed().as_secs_f64();
         let before = scrape_retrying(self.addr).await?;
+        r.settled_scrape = before.clone();
         let steady_started = Instant::now();
         let steady_from = Timestamp::now();
         progress(&format!(

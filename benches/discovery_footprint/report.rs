@@ -236,6 +236,21 @@ impl Footprint<'_> {
             |m| by_kind(&m.warm_scrape.writes, 1.0),
             |_| "0 (read-only)".into(),
         );
+        self.row(
+            "writes from start until settled (by kind)",
+            |m| by_kind(&m.settled_scrape.writes, 1.0),
+            |_| "0 (read-only)".into(),
+        );
+        self.row(
+            "restart, nothing changed: first full rebuild",
+            |m| format!("{:.1} s", m.restart_secs),
+            |_| "n/a".into(),
+        );
+        self.row(
+            "restart, nothing changed: writes until settled (by kind)",
+            |m| by_kind(&m.restart_scrape.writes, 1.0),
+            |_| "n/a".into(),
+        );
     }
 
     /// The steady window, and the image changes after it.
@@ -379,7 +394,7 @@ fn print_notes(p: &Params, m: &MooninResult) {
         m.log_errors
     );
     println!(
-        "- Moonin's warm-up writes include one WorkloadRevision (create + status) per Deployment seen for the first time at its current revision: {} creates this run (0 when an earlier run recorded them)",
+        "- a baseline is not a revision: WorkloadRevisions written during warm-up: {} (each Deployment's baseline is in its inventory entry)",
         num(m.warm_scrape.write("WorkloadRevision"))
     );
     if m.steady_warnings.is_empty() {

@@ -25,6 +25,37 @@ pub struct ScaledObjectSpec {
     /// KEDA's `maxReplicaCount` (KEDA defaults it to 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_replica_count: Option<i32>,
+    /// What makes KEDA scale (read by discovery's autoscaling policy).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub triggers: Vec<Trigger>,
+    /// The optional fields an autoscaling policy may forbid, read only for whether they are
+    /// set (their content is never kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_replica_count: Option<serde_json::Value>,
+    /// See `idle_replica_count`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<serde_json::Value>,
+    /// See `idle_replica_count`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advanced: Option<serde_json::Value>,
+    /// See `idle_replica_count`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub polling_interval: Option<serde_json::Value>,
+    /// See `idle_replica_count`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown_period: Option<serde_json::Value>,
+}
+
+/// One trigger of a ScaledObject: its type and `metricType` (its metadata is not read).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Trigger {
+    /// `cpu`, `memory`, `prometheus`, `cron`, …
+    #[serde(default, rename = "type")]
+    pub type_: String,
+    /// `Utilization` or `AverageValue` (cpu and memory triggers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric_type: Option<String>,
 }
 
 /// `spec.scaleTargetRef`.

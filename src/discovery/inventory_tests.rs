@@ -128,6 +128,7 @@ fn autoscaler_summaries() {
         target: ("Deployment".into(), "worker".into()),
         min: None,
         max: Some(30),
+        ..Default::default()
     };
     assert_eq!(scaled_object_summary(&so), "ScaledObject/queue 0-30");
 }

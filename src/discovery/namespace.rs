@@ -20,6 +20,7 @@ use super::{
     helm_secrets, inventory,
     names::CONTROLLER,
     names::{condition_reasons, condition_types},
+    policy,
     shared::Shared,
     signals,
     stores::RsView,
@@ -28,8 +29,8 @@ use super::{
 use crate::api::{
     conditions::{self, Desired, types},
     discovery::{
-        ClusterDiscovery, CronJobEntry, DeploymentEntry, HelmRelease, NamespaceInventory,
-        NamespaceInventoryStatus, WorkloadBaseline,
+        AutoscalingPolicy, ClusterDiscovery, CronJobEntry, DeploymentEntry, HelmRelease,
+        NamespaceInventory, NamespaceInventoryStatus, WorkloadBaseline,
     },
     field_manager,
 };
@@ -63,6 +64,8 @@ pub struct NamespaceSnapshot {
     pub baselines: HashMap<String, WorkloadBaseline>,
     /// Its Helm releases, sanitised (none when Helm discovery is off).
     pub releases: Vec<HelmRelease>,
+    /// The autoscaling rules ScaledObjects are checked against, if any.
+    pub policy: Option<AutoscalingPolicy>,
     /// When it was loaded.
     pub now: Timestamp,
 }
@@ -90,7 +93,8 @@ pub struct NamespacePlan {
 
 /// Loads what `ns`'s inventory is built from (reading the Secrets of changed Helm releases
 /// when Helm discovery is on).
-pub async fn load(shared: &Shared, ns: &str, helm_enabled: bool) -> NamespaceSnapshot {
+pub async fn load(shared: &Shared, ns: &str, cd: &ClusterDiscovery) -> NamespaceSnapshot {
+    let helm_enabled = cd.spec.helm.enabled;
     let s = &shared.stores;
     let now = Timestamp::now();
     let mut published_runs = Vec::new();
@@ -152,6 +156,7 @@ pub async fn load(shared: &Shared, ns: &str, helm_enabled: bool) -> NamespaceSna
         published_signals,
         baselines,
         releases,
+        policy: cd.spec.autoscaling_policy.clone(),
         now,
     }
 }
@@ -195,8 +200,15 @@ fn deployment_entries(s: &NamespaceSnapshot) -> (Vec<DeploymentEntry>, Vec<Objec
             .iter()
             .filter(|h| h.target.0 == "Deployment" && h.target.1 == d.name)
             .collect();
-        let signals =
+        let mut signals =
             signals::deployment_signals(d, &pods, &jobs, &targeting, &so_targets, &own_rs);
+        // Its ScaledObjects' policy violations: listed here, reported on the ScaledObject.
+        let violations: Vec<String> = s
+            .scaled_objects
+            .iter()
+            .filter(|so| so.target.0 == "Deployment" && so.target.1 == d.name)
+            .filter_map(|so| policy::signal(s.policy.as_ref(), so, &s.hpas))
+            .collect();
         // The ScaledObject is what people edit; its KEDA HPA only carries its bounds.
         let autoscaler = s
             .scaled_objects
@@ -216,6 +228,7 @@ fn deployment_entries(s: &NamespaceSnapshot) -> (Vec<DeploymentEntry>, Vec<Objec
             signals: signals.clone(),
             published: s.published_signals.get(&d.name).cloned(),
         });
+        signals.extend(violations);
         let baseline = s.baselines.get(&d.name).cloned();
         entries.push(inventory::deployment_entry(
             d, autoscaler, signals, baseline,
@@ -261,6 +274,12 @@ fn orphan_autoscalers(s: &NamespaceSnapshot) -> Vec<ObjectSignals> {
                 .iter()
                 .filter(|(n, _)| n == name)
                 .map(|(_, signal)| signal.clone())
+                .chain(
+                    (kind == "ScaledObject")
+                        .then(|| s.scaled_objects.iter().find(|so| &so.name == name))
+                        .flatten()
+                        .and_then(|so| policy::signal(s.policy.as_ref(), so, &s.hpas)),
+                )
                 .collect(),
             published: None,
         })
@@ -499,7 +518,7 @@ pub async fn write(
     };
     let api: Api<NamespaceInventory> = Api::namespaced(shared.client.clone(), ns);
     let pp = PatchParams::apply(field_manager::DISCOVERY).force();
-    for (i, part) in plan_parts(ns, parts, existing, written, now)
+    for (i, mut part) in plan_parts(ns, parts, existing, written, now)
         .into_iter()
         .enumerate()
     {
@@ -520,7 +539,16 @@ pub async fn write(
                 "spec": {"part": i, "parts": n},
             });
             shared.ctx.metrics.wrote(CONTROLLER, "NamespaceInventory");
-            api.patch(&part.name, &pp, &Patch::Apply(&body)).await?;
+            let applied = api.patch(&part.name, &pp, &Patch::Apply(&body)).await?;
+            // A part just created is not in the store yet: its status describes the
+            // generation the API server answered with, or the next process writes it again.
+            if let Some(status) = part.status.as_mut() {
+                let generation = applied.metadata.generation;
+                status.observed_generation = generation;
+                for c in &mut status.conditions {
+                    c.observed_generation = generation;
+                }
+            }
         }
         let Some(status) = part.status else { continue };
         let body = json!({

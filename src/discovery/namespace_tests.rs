@@ -235,3 +235,59 @@ fn only_what_changed_is_written() {
         ]
     );
 }
+
+#[test]
+fn a_policy_violation_is_listed_on_the_deployment_and_reported_on_the_scaled_object() {
+    let mut s = snapshot();
+    s.hpas.clear();
+    s.scaled_objects = vec![ScaledObjectView {
+        namespace: "shop".into(),
+        name: "web".into(),
+        target: ("Deployment".into(), "web".into()),
+        min: Some(0),
+        max: Some(4),
+        triggers: vec![("prometheus".into(), None)],
+        set_fields: vec![],
+    }];
+    s.policy = Some(AutoscalingPolicy {
+        allowed_trigger_types: vec!["cpu".into()],
+        min_replica_count_at_least: Some(1),
+        ..Default::default()
+    });
+    let expected = "AutoscalingPolicy: trigger prometheus is not allowed (allowed: cpu); \
+                    minReplicaCount 0 is below 1";
+    let plan = decide(&s);
+    let web = &plan.status.deployments[0];
+    assert!(
+        web.signals.iter().any(|x| x == expected),
+        "{:?}",
+        web.signals
+    );
+    assert_eq!(
+        web.health,
+        inventory::health::HEALTHY,
+        "a hazard, not a failure"
+    );
+    let reported = |kind: &str| -> Vec<String> {
+        plan.signals
+            .iter()
+            .find(|o| o.regarding.kind.as_deref() == Some(kind))
+            .map(|o| o.signals.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(reported("ScaledObject"), [expected]);
+    assert!(
+        !reported("Deployment").iter().any(|x| x == expected),
+        "one Event, on the ScaledObject"
+    );
+
+    // Without a policy, nothing.
+    s.policy = None;
+    let plan = decide(&s);
+    assert!(
+        !plan.status.deployments[0]
+            .signals
+            .iter()
+            .any(|x| x.starts_with("AutoscalingPolicy"))
+    );
+}

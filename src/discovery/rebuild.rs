@@ -157,7 +157,7 @@ pub async fn rebuild(
             }
             continue;
         }
-        if !rebuild_namespace(shared, state, cd, ns, helm_enabled).await? {
+        if !rebuild_namespace(shared, state, cd, ns).await? {
             unwritten.insert(ns.clone());
         }
     }
@@ -182,10 +182,9 @@ async fn rebuild_namespace(
     state: &mut RebuildState,
     cd: &ClusterDiscovery,
     ns: &str,
-    helm_enabled: bool,
 ) -> Result<bool, kube::Error> {
     record::report_foreign(shared, ns).await?;
-    let snapshot = namespace::load(shared, ns, helm_enabled).await;
+    let snapshot = namespace::load(shared, ns, cd).await;
     let plan = namespace::decide(&snapshot);
     namespace::report_signals(shared, &mut state.reported, &plan.signals).await;
     state.progress.built(ns, &plan.status);

@@ -556,6 +556,7 @@ fn orphan_scaled_objects_name_the_missing_target() {
         target: (kind.into(), target.into()),
         min: None,
         max: None,
+        ..Default::default()
     };
     let (ok, gone, sts) = (
         so("web", "Deployment", "web"),

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
+use futures::{FutureExt, future::BoxFuture};
 use k8s_openapi::api::{
     apps::v1::{Deployment, ReplicaSet},
     core::v1::Namespace,
@@ -84,9 +84,17 @@ pub struct Stores {
 
 impl Stores {
     /// Whether every projection has listed (the Helm Secrets' aside: they are listed only
-    /// while Helm discovery is on).
+    /// while Helm discovery is on), and the published inventories: a rebuild compares
+    /// with them, and measures each Deployment from the baseline they hold.
     pub fn synced(&self) -> bool {
-        self.nodes.synced()
+        let listed = |store: &Store<NamespaceInventory>| {
+            store
+                .wait_until_ready()
+                .now_or_never()
+                .is_some_and(|ready| ready.is_ok())
+        };
+        listed(&self.inventories)
+            && self.nodes.synced()
             && self.namespaces.synced()
             && self.deployments.synced()
             && self.replica_sets.synced()

@@ -473,6 +473,10 @@ pub struct ScaledObjectView {
     pub min: Option<i32>,
     /// `maxReplicaCount` (KEDA's default is 100).
     pub max: Option<i32>,
+    /// Its triggers: type and `metricType`.
+    pub triggers: Vec<(String, Option<String>)>,
+    /// Which of the optional fields an autoscaling policy may forbid are set.
+    pub set_fields: Vec<&'static str>,
 }
 
 /// Projects a ScaledObject.
@@ -487,6 +491,23 @@ pub fn scaled_object(so: &ScaledObject) -> ScaledObjectView {
         ),
         min: so.spec.min_replica_count,
         max: so.spec.max_replica_count,
+        triggers: so
+            .spec
+            .triggers
+            .iter()
+            .map(|t| (t.type_.clone(), t.metric_type.clone()))
+            .collect(),
+        set_fields: [
+            ("idleReplicaCount", &so.spec.idle_replica_count),
+            ("fallback", &so.spec.fallback),
+            ("advanced", &so.spec.advanced),
+            ("pollingInterval", &so.spec.polling_interval),
+            ("cooldownPeriod", &so.spec.cooldown_period),
+        ]
+        .into_iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|(name, _)| name)
+        .collect(),
     }
 }
 

@@ -151,6 +151,16 @@ async fn inventory_revisions_cron_runs_and_hazards() {
         entry(v, "deployments", "web").is_some() && entry(v, "deployments", "api").is_some()
     })
     .await;
+    // Its status describes the generation it was created with: a restart has nothing to
+    // correct.
+    let created = Api::<NamespaceInventory>::namespaced(client.clone(), rig.ns())
+        .get("inventory")
+        .await
+        .expect("inventory");
+    assert_eq!(
+        created.status.as_ref().and_then(|s| s.observed_generation),
+        created.metadata.generation
+    );
     for d in rig
         .deployments()
         .list(&ListParams::default())
@@ -1002,6 +1012,38 @@ async fn failing_pods_scaled_objects_and_a_split_inventory() {
                 .any(|n| n == "TargetNotFound: Deployment/missing"),
             "{notes:?}"
         );
+
+        // The platform's autoscaling rules: the cron trigger, KEDA's default minimum (none
+        // written) is fine here, the HPA beside it is not.
+        Api::<ClusterDiscovery>::all(client.clone())
+            .patch(
+                "cluster",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"autoscalingPolicy": {
+                    "allowedTriggerTypes": ["cpu", "memory"],
+                    "requiredMetricType": "Utilization",
+                    "forbidHpaBesideScaledObject": true
+                }}})),
+            )
+            .await
+            .expect("an autoscaling policy");
+        let expected = "AutoscalingPolicy: trigger cron is not allowed (allowed: cpu, memory); \
+                        trigger cron does not set metricType Utilization; \
+                        HorizontalPodAutoscaler worker beside it";
+        inventory_where(&rig, "the policy signal on worker", |v| {
+            has_signal(v, "worker", expected)
+        })
+        .await;
+        let notes = wait_for(
+            "an AutoscalingPolicy Warning on the ScaledObject",
+            Duration::from_secs(20),
+            || async {
+                let e = rig.events("worker", "AutoscalingPolicy").await;
+                (!e.is_empty()).then_some(e)
+            },
+        )
+        .await;
+        assert!(notes.iter().any(|n| n == expected), "{notes:?}");
     } else {
         assert!(
             std::env::var("MOONIN_E2E").as_deref() != Ok("required"),

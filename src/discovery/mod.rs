@@ -6,11 +6,11 @@
 //! changed ([`dirty`]); the controller ([`controller`]) rebuilds it ([`rebuild`]): the
 //! revision records of changed Deployments ([`record`], deciding with [`revision`], and
 //! following each rollout to its outcome with [`rollout`]), each changed namespace's
-//! inventory ([`namespace`], with [`inventory`], [`signals`] and the autoscaling
-//! [`policy`]) and the cluster status ([`status`], with [`cluster`]), writing only what
-//! differs; the leader renews a heartbeat Lease ([`heartbeat`]). Helm release Secrets are
-//! watched metadata-only and decoded one at a time ([`helm_secrets`]) by the sanitiser
-//! ([`helm`]), and never kept.
+//! inventory ([`namespace`], with [`inventory`], [`signals`], the [`suspect`] change of a
+//! failing workload and the autoscaling [`policy`]) and the cluster status ([`status`], with
+//! [`cluster`]), writing only what differs; the leader renews a heartbeat Lease
+//! ([`heartbeat`]). Helm release Secrets are watched metadata-only and decoded one at a time
+//! ([`helm_secrets`]) by the sanitiser ([`helm`]), and never kept.
 
 pub mod baselines;
 pub mod cluster;
@@ -34,5 +34,6 @@ pub mod shared;
 pub mod signals;
 pub mod status;
 pub mod stores;
+pub mod suspect;
 pub mod view;
 pub mod watch;

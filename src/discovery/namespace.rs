@@ -21,9 +21,11 @@ use super::{
     names::CONTROLLER,
     names::{condition_reasons, condition_types},
     policy,
+    revision::RevView,
     shared::Shared,
     signals,
     stores::RsView,
+    suspect,
     view::{CronJobView, DeploymentView, HpaView, JobView, PodView, ScaledObjectView},
 };
 use crate::api::{
@@ -66,6 +68,8 @@ pub struct NamespaceSnapshot {
     pub releases: Vec<HelmRelease>,
     /// The autoscaling rules ScaledObjects are checked against, if any.
     pub policy: Option<AutoscalingPolicy>,
+    /// Its WorkloadRevisions: a failing Deployment's signals name the newest change.
+    pub revisions: Vec<RevView>,
     /// When it was loaded.
     pub now: Timestamp,
 }
@@ -157,6 +161,7 @@ pub async fn load(shared: &Shared, ns: &str, cd: &ClusterDiscovery) -> Namespace
         baselines,
         releases,
         policy: cd.spec.autoscaling_policy.clone(),
+        revisions: s.revisions.in_namespace(ns),
         now,
     }
 }
@@ -200,8 +205,10 @@ fn deployment_entries(s: &NamespaceSnapshot) -> (Vec<DeploymentEntry>, Vec<Objec
             .iter()
             .filter(|h| h.target.0 == "Deployment" && h.target.1 == d.name)
             .collect();
-        let mut signals =
-            signals::deployment_signals(d, &pods, &jobs, &targeting, &so_targets, &own_rs);
+        let mut signals = suspect::annotate(
+            signals::deployment_signals(d, &pods, &jobs, &targeting, &so_targets, &own_rs),
+            suspect::suspect(&d.name, &s.revisions, s.now),
+        );
         // Its ScaledObjects' policy violations: listed here, reported on the ScaledObject.
         let violations: Vec<String> = s
             .scaled_objects

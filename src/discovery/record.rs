@@ -424,6 +424,8 @@ mod tests {
             rollout: true,
             images: Vec::new(),
             outcome: None,
+            summary: String::new(),
+            changed_by: None,
         }
     }
 

@@ -363,6 +363,10 @@ pub struct RevView {
     pub images: Vec<ImageChange>,
     /// `status.outcome`, once the rollout ended.
     pub outcome: Option<String>,
+    /// What changed, in one line (`spec.summary`).
+    pub summary: String,
+    /// Who changed it (`spec.changedBy`).
+    pub changed_by: Option<String>,
 }
 
 impl RevView {
@@ -389,6 +393,8 @@ pub fn new_view(name: &str, spec: &WorkloadRevisionSpec) -> RevView {
         rollout: spec.rollout,
         images: spec.images.clone(),
         outcome: None,
+        summary: spec.summary.clone(),
+        changed_by: spec.changed_by.clone(),
     }
 }
 
@@ -417,6 +423,8 @@ pub fn rev_view(r: &WorkloadRevision) -> RevView {
         rollout: r.spec.rollout,
         images: r.spec.images.clone(),
         outcome: r.status.as_ref().and_then(|s| s.outcome.clone()),
+        summary: r.spec.summary.clone(),
+        changed_by: r.spec.changed_by.clone(),
     }
 }
 

@@ -28,6 +28,8 @@ fn rec(name: &str, revision: i64, minute: u32, images: Vec<ImageChange>) -> RevV
         rollout: true,
         images,
         outcome: None,
+        summary: String::new(),
+        changed_by: None,
     }
 }
 

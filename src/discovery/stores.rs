@@ -401,6 +401,8 @@ mod tests {
             rollout: true,
             images: Vec::new(),
             outcome: None,
+            summary: String::new(),
+            changed_by: None,
         };
         let k = key("shop", "web-r1");
         let ours = rev(None, None);

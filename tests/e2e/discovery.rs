@@ -394,9 +394,49 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     .await;
     let message = failed
         .status
-        .and_then(|s| s.outcome_message)
+        .as_ref()
+        .and_then(|s| s.outcome_message.clone())
         .unwrap_or_default();
     assert!(message.starts_with("ProgressDeadlineExceeded"), "{message}");
+    // The failure signal names the suspect change and its author, in the inventory and in
+    // the Warning Event on the Deployment.
+    let suspect = format!("after {} (", failed.name_any());
+    let inv = inventory_where(&rig, "api's failure naming its suspect change", |v| {
+        entry(v, "deployments", "api").is_some_and(|e| {
+            e["signals"].as_array().is_some_and(|s| {
+                s.iter().any(|s| {
+                    s.as_str().is_some_and(|s| {
+                        s.starts_with("ProgressDeadlineExceeded")
+                            && s.contains(&suspect)
+                            && s.ends_with("by e2e-deployer)")
+                    })
+                })
+            })
+        })
+    })
+    .await;
+    let signal = entry(&inv, "deployments", "api").expect("api")["signals"]
+        .as_array()
+        .expect("signals")
+        .iter()
+        .filter_map(Value::as_str)
+        .find(|s| s.starts_with("ProgressDeadlineExceeded"))
+        .expect("the signal")
+        .to_string();
+    assert!(
+        signal.contains("image app: registry.example/api:3.1 → registry.example/api:3.1-broken"),
+        "{signal}"
+    );
+    let notes = wait_for(
+        "the Warning naming the suspect",
+        Duration::from_secs(20),
+        || async {
+            let e = rig.events("api", "ProgressDeadlineExceeded").await;
+            (!e.is_empty()).then_some(e)
+        },
+    )
+    .await;
+    assert!(notes.iter().any(|n| n.contains(&suspect)), "{notes:?}");
     // Put api back (a rollback of the stuck change) for what follows.
     rig.deployments()
         .patch(

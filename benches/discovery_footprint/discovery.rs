@@ -322,18 +322,24 @@ async fn restarted(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let secs = launched.elapsed().as_secs_f64();
-    let mut last = scrape_retrying(addr).await?;
+    let from = scrape_retrying(addr).await?;
+    quiet(addr, from.writes_except(HEARTBEAT_KIND), deadline).await;
+    Ok((secs, scrape_retrying(addr).await?))
+}
+
+/// Waits until the writes of the manager at `addr` (the heartbeat aside), `writes` when
+/// called, stood still for [`QUIET`], or until `deadline`.
+async fn quiet(addr: SocketAddr, mut writes: f64, deadline: Instant) {
     let mut moved = Instant::now();
     while moved.elapsed() < QUIET && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(500)).await;
         if let Some(s) = scrape(addr).await
-            && s.writes_except(HEARTBEAT_KIND) != last.writes_except(HEARTBEAT_KIND)
+            && s.writes_except(HEARTBEAT_KIND) != writes
         {
-            last = s;
+            writes = s.writes_except(HEARTBEAT_KIND);
             moved = Instant::now();
         }
     }
-    Ok((secs, scrape_retrying(addr).await?))
 }
 
 /// What one manager's measurement uses.
@@ -422,17 +428,12 @@ impl Run<'_> {
         r: &mut MooninResult,
     ) -> Result<Scrape, String> {
         let settle_started = Instant::now();
-        let mut last = r.warm_scrape.writes_except(HEARTBEAT_KIND);
-        let mut moved = Instant::now();
-        while moved.elapsed() < QUIET && settle_started.elapsed() < Duration::from_secs(120) {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            if let Some(s) = scrape(self.addr).await
-                && s.writes_except(HEARTBEAT_KIND) != last
-            {
-                last = s.writes_except(HEARTBEAT_KIND);
-                moved = Instant::now();
-            }
-        }
+        quiet(
+            self.addr,
+            r.warm_scrape.writes_except(HEARTBEAT_KIND),
+            settle_started + Duration::from_secs(120),
+        )
+        .await;
         r.settle_secs = settle_started.elapsed().as_secs_f64();
         let before = scrape_retrying(self.addr).await?;
         r.settled_scrape = before.clone();

@@ -99,8 +99,6 @@ async fn synced(shared: &Shared, readiness: Readiness) {
     while !shared.stores.synced() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let _ = shared.stores.inventories.wait_until_ready().await;
-    let _ = shared.stores.discoveries.wait_until_ready().await;
     readiness.report_synced();
     tracing::info!("discovery caches synced");
     shared.pending.mark(Mark::cluster());

@@ -104,10 +104,7 @@ pub async fn load(shared: &Shared, ns: &str, cd: &ClusterDiscovery) -> Namespace
     let mut published_runs = Vec::new();
     let mut published_signals = HashMap::new();
     let mut published_baselines = HashMap::new();
-    for part in s.inventories.state() {
-        if part.namespace().as_deref() != Some(ns) {
-            continue;
-        }
+    for part in s.inventory_parts(ns) {
         if let Some(st) = &part.status {
             published_runs.extend(st.cron_jobs.iter().cloned());
             for d in &st.deployments {

@@ -17,14 +17,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     Api,
     api::{DeleteParams, Patch, PatchParams, PostParams},
-    runtime::reflector::ObjectRef,
 };
 use serde_json::json;
 
 use super::{
     baselines,
     errors::{gone_is_done, namespace_being_deleted},
-    helm_secrets, inventory,
+    helm_secrets,
     names::CONTROLLER,
     names::condition_reasons,
     revision::{self, RevView},
@@ -245,6 +244,20 @@ async fn write_outcome(
         "finishedAt": Time(now),
         "took": o.took,
     }});
+    merge_status(shared, api, name, &body).await
+}
+
+/// Merges `body` into a WorkloadRevision's status as discovery; one pruned or deleted with
+/// its Deployment meanwhile is nothing to write.
+async fn merge_status<K>(
+    shared: &Shared,
+    api: &Api<K>,
+    name: &str,
+    body: &serde_json::Value,
+) -> Result<(), kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     shared
         .ctx
         .metrics
@@ -253,23 +266,15 @@ async fn write_outcome(
         field_manager: Some(field_manager::DISCOVERY.to_string()),
         ..PatchParams::default()
     };
-    // Pruned or deleted with its Deployment meanwhile: nothing to settle.
-    gone_is_done(api.patch_status(name, &pp, &Patch::Merge(&body)).await)
+    gone_is_done(api.patch_status(name, &pp, &Patch::Merge(body)).await)
 }
 
 /// The baseline of `namespace`/`name` in the published inventory (any of its parts).
 fn published_baseline(shared: &Shared, namespace: &str, name: &str) -> Option<DeploymentView> {
-    let part = |i: usize| {
-        shared
-            .stores
-            .inventories
-            .get(&ObjectRef::new(&inventory::part_name(i)).within(namespace))
-    };
-    let first = part(0)?;
-    let parts = usize::try_from(first.spec.parts).unwrap_or(1).max(1);
-    std::iter::once(Some(first))
-        .chain((1..parts).map(part))
-        .flatten()
+    shared
+        .stores
+        .inventory_parts(namespace)
+        .into_iter()
         .find_map(|p| {
             let entry = p
                 .status
@@ -378,15 +383,7 @@ pub async fn report_foreign(shared: &Shared, ns: &str) -> Result<(), kube::Error
             "observedGeneration": 1,
             "conditions": conditions::merge(&[], &[ready], Some(1), now),
         }});
-        shared
-            .ctx
-            .metrics
-            .wrote(CONTROLLER, "WorkloadRevision/status");
-        let pp = PatchParams {
-            field_manager: Some(field_manager::DISCOVERY.to_string()),
-            ..PatchParams::default()
-        };
-        gone_is_done(api.patch_status(&r.name, &pp, &Patch::Merge(&body)).await)?;
+        merge_status(shared, &api, &r.name, &body).await?;
     }
     Ok(())
 }

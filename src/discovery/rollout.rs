@@ -7,14 +7,13 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::{revision::RevView, view::DeploymentView};
+use super::{
+    revision::RevView,
+    signals::{condition_types::PROGRESSING, fails_rollout},
+    view::DeploymentView,
+};
 use crate::api::discovery::{ImageChange, outcomes};
 
-/// The Deployment condition whose `False` with this reason fails a rollout.
-const PROGRESSING: &str = "Progressing";
-const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
-/// The Deployment condition whose `True` fails a rollout.
-const REPLICA_FAILURE: &str = "ReplicaFailure";
 /// `Progressing`'s reason once the new ReplicaSet is available and the old ones are gone.
 const NEW_REPLICA_SET_AVAILABLE: &str = "NewReplicaSetAvailable";
 
@@ -104,18 +103,11 @@ fn rolls_back(changed: &[ImageChange], next: &[ImageChange]) -> bool {
 
 /// `Reason: message` of a failed rollout.
 fn failure(d: &DeploymentView) -> Option<String> {
-    d.conditions.iter().find_map(|c| {
-        let failed = (c.type_ == PROGRESSING
-            && c.status == "False"
-            && c.reason.as_deref() == Some(PROGRESS_DEADLINE_EXCEEDED))
-            || (c.type_ == REPLICA_FAILURE && c.status == "True");
-        failed.then(|| {
-            let reason = c.reason.clone().unwrap_or_else(|| c.type_.clone());
-            match &c.message {
-                Some(m) if !m.is_empty() => format!("{reason}: {m}"),
-                _ => reason,
-            }
-        })
+    let c = d.conditions.iter().find(|c| fails_rollout(c))?;
+    let reason = c.reason.clone().unwrap_or_else(|| c.type_.clone());
+    Some(match &c.message {
+        Some(m) if !m.is_empty() => format!("{reason}: {m}"),
+        _ => reason,
     })
 }
 

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 
-use super::view::{Autoscaler, CronJobView, DeploymentView, HpaView, JobView, PodView};
+use super::view::{Autoscaler, Cond, CronJobView, DeploymentView, HpaView, JobView, PodView};
 use crate::api::discovery::CronJobRun;
 use crate::api::field_manager;
 use crate::cron::{Schedule, fires};
@@ -175,17 +175,35 @@ pub fn deployment_signals(
     out.into_iter().collect()
 }
 
+/// Deployment condition types the signals and the rollout outcome read.
+pub mod condition_types {
+    /// `Progressing`: its reason says whether a rollout stalled or finished.
+    pub const PROGRESSING: &str = "Progressing";
+    /// `ReplicaFailure`.
+    pub const REPLICA_FAILURE: &str = "ReplicaFailure";
+    /// `Available`.
+    pub const AVAILABLE: &str = "Available";
+}
+
+/// Whether a Deployment condition says its rollout failed: `Progressing` with reason
+/// `ProgressDeadlineExceeded`, or `ReplicaFailure=True`.
+pub fn fails_rollout(c: &Cond) -> bool {
+    (c.type_ == condition_types::PROGRESSING
+        && c.reason.as_deref() == Some(reasons::PROGRESS_DEADLINE_EXCEEDED))
+        || (c.type_ == condition_types::REPLICA_FAILURE && c.status == "True")
+}
+
 fn condition_signals(d: &DeploymentView, out: &mut BTreeSet<String>) {
     for c in &d.conditions {
         let reason = c.reason.as_deref().unwrap_or_default();
         match c.type_.as_str() {
-            "Progressing" if reason == reasons::PROGRESS_DEADLINE_EXCEEDED => {
+            condition_types::PROGRESSING if fails_rollout(c) => {
                 out.insert(reasons::PROGRESS_DEADLINE_EXCEEDED.to_string());
             }
-            "ReplicaFailure" if c.status == "True" => {
+            condition_types::REPLICA_FAILURE if fails_rollout(c) => {
                 out.insert(with_detail(reasons::REPLICA_FAILURE, reason));
             }
-            "Available" if c.status == "False" => {
+            condition_types::AVAILABLE if c.status == "False" => {
                 out.insert(with_detail(reasons::UNAVAILABLE, reason));
             }
             _ => {}

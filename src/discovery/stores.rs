@@ -84,16 +84,12 @@ pub struct Stores {
 
 impl Stores {
     /// Whether every projection has listed (the Helm Secrets' aside: they are listed only
-    /// while Helm discovery is on), and the published inventories: a rebuild compares
-    /// with them, and measures each Deployment from the baseline they hold.
+    /// while Helm discovery is on), and the ClusterDiscoveries and the published
+    /// inventories: a rebuild compares with them, and measures each Deployment from the
+    /// baseline they hold.
     pub fn synced(&self) -> bool {
-        let listed = |store: &Store<NamespaceInventory>| {
-            store
-                .wait_until_ready()
-                .now_or_never()
-                .is_some_and(|ready| ready.is_ok())
-        };
         listed(&self.inventories)
+            && listed(&self.discoveries)
             && self.nodes.synced()
             && self.namespaces.synced()
             && self.deployments.synced()
@@ -106,10 +102,27 @@ impl Stores {
             && self.revisions.synced()
     }
 
+    /// The published inventory parts of namespace `ns`.
+    pub fn inventory_parts(&self, ns: &str) -> Vec<Arc<NamespaceInventory>> {
+        self.inventories
+            .state_filter(|i| i.metadata.namespace.as_deref() == Some(ns))
+    }
+
     /// The ClusterDiscovery in charge (see [`in_charge`]).
     pub fn in_charge(&self) -> Option<Arc<ClusterDiscovery>> {
         in_charge(&self.discoveries.state())
     }
+}
+
+/// Whether `store`'s watch has listed once.
+fn listed<K: Clone + kube::Resource + 'static>(store: &Store<K>) -> bool
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store
+        .wait_until_ready()
+        .now_or_never()
+        .is_some_and(|ready| ready.is_ok())
 }
 
 /// The ClusterDiscovery in charge: the oldest one not being deleted (by name among equals).

@@ -126,6 +126,39 @@ async fn deployment(rig: &Rig, name: &str, image: &str, labels: Value) {
         .expect("create deployment");
 }
 
+/// Applies, as field manager `manager`, Deployment `name` with the selector `app=<name>`
+/// and one container `app` running `image`; `spec` and `pod` add fields to the
+/// Deployment's spec and to its Pod template's spec.
+async fn apply_image(rig: &Rig, manager: &str, name: &str, image: &str, spec: Value, pod: Value) {
+    let mut body = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": image}]}
+            }
+        }
+    });
+    let add = |into: &mut Value, fields: Value| {
+        if let (Some(into), Value::Object(fields)) = (into.as_object_mut(), fields) {
+            into.extend(fields);
+        }
+    };
+    add(&mut body["spec"], spec);
+    add(&mut body["spec"]["template"]["spec"], pod);
+    rig.deployments()
+        .patch(
+            name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(body),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {name} with {image}: {e}"));
+}
+
 async fn revisions(rig: &Rig, workload: &str) -> Vec<WorkloadRevision> {
     let api: Api<WorkloadRevision> = Api::namespaced(rig.client.clone(), rig.ns());
     api.list(&ListParams::default())
@@ -274,25 +307,15 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     assert!(revisions(&rig, "api").await.is_empty());
 
     // An image change is a revision that names who made it.
-    rig.deployments()
-        .patch(
-            "web",
-            &PatchParams::apply("e2e-deployer").force(),
-            &Patch::Apply(json!({
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": "web"},
-                "spec": {
-                    "selector": {"matchLabels": {"app": "web"}},
-                    "template": {
-                        "metadata": {"labels": {"app": "web"}},
-                        "spec": {"containers": [{"name": "app", "image": "registry.example/web:1.1"}]}
-                    }
-                }
-            })),
-        )
-        .await
-        .expect("image change");
+    apply_image(
+        &rig,
+        "e2e-deployer",
+        "web",
+        "registry.example/web:1.1",
+        json!({}),
+        json!({}),
+    )
+    .await;
     let change = wait_for(
         "a revision for the image change",
         Duration::from_secs(30),
@@ -358,29 +381,15 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     assert!(table.contains("Complete"), "{table}");
 
     // A rollout that cannot progress (its new Pods fit no Node) Fails at its deadline.
-    rig.deployments()
-        .patch(
-            "api",
-            &PatchParams::apply("e2e-deployer").force(),
-            &Patch::Apply(json!({
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": "api"},
-                "spec": {
-                    "progressDeadlineSeconds": 5,
-                    "selector": {"matchLabels": {"app": "api"}},
-                    "template": {
-                        "metadata": {"labels": {"app": "api"}},
-                        "spec": {
-                            "nodeSelector": {"moonin.io/e2e-no-such-node": "x"},
-                            "containers": [{"name": "app", "image": "registry.example/api:3.1-broken"}]
-                        }
-                    }
-                }
-            })),
-        )
-        .await
-        .expect("a rollout that cannot progress");
+    apply_image(
+        &rig,
+        "e2e-deployer",
+        "api",
+        "registry.example/api:3.1-broken",
+        json!({"progressDeadlineSeconds": 5}),
+        json!({"nodeSelector": {"moonin.io/e2e-no-such-node": "x"}}),
+    )
+    .await;
     let failed = wait_for(
         "the stuck rollout Failed",
         Duration::from_secs(90),
@@ -438,25 +447,15 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     .await;
     assert!(notes.iter().any(|n| n.contains(&suspect)), "{notes:?}");
     // Put api back (a rollback of the stuck change) for what follows.
-    rig.deployments()
-        .patch(
-            "api",
-            &PatchParams::apply("e2e-deployer").force(),
-            &Patch::Apply(json!({
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": "api"},
-                "spec": {
-                    "selector": {"matchLabels": {"app": "api"}},
-                    "template": {
-                        "metadata": {"labels": {"app": "api"}},
-                        "spec": {"containers": [{"name": "app", "image": "registry.example/api:3.1"}]}
-                    }
-                }
-            })),
-        )
-        .await
-        .expect("api back");
+    apply_image(
+        &rig,
+        "e2e-deployer",
+        "api",
+        "registry.example/api:3.1",
+        json!({}),
+        json!({}),
+    )
+    .await;
 
     // A CronJob's runs are recorded and outlive their Jobs.
     let cron_jobs: Api<CronJob> = Api::namespaced(client.clone(), rig.ns());
@@ -630,25 +629,15 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     let api_before = revisions(&rig, "api").await.len();
     let unmarked = before[0].name_any();
     rig.kill();
-    rig.deployments()
-        .patch(
-            "api",
-            &PatchParams::apply("e2e-offline").force(),
-            &Patch::Apply(json!({
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": "api"},
-                "spec": {
-                    "selector": {"matchLabels": {"app": "api"}},
-                    "template": {
-                        "metadata": {"labels": {"app": "api"}},
-                        "spec": {"containers": [{"name": "app", "image": "registry.example/api:3.2"}]}
-                    }
-                }
-            })),
-        )
-        .await
-        .expect("image change while the manager is down");
+    apply_image(
+        &rig,
+        "e2e-offline",
+        "api",
+        "registry.example/api:3.2",
+        json!({}),
+        json!({}),
+    )
+    .await;
     let wrevs: Api<WorkloadRevision> = Api::namespaced(client.clone(), rig.ns());
     wrevs
         .patch_status(
@@ -992,10 +981,7 @@ async fn failing_pods_scaled_objects_and_a_split_inventory() {
         rig.kill();
         rig.start().await;
         rig.deployment("worker", 1).await;
-        let gvk = kube::core::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject");
-        let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "scaledobjects");
-        let sos: Api<kube::api::DynamicObject> =
-            Api::namespaced_with(client.clone(), rig.ns(), &ar);
+        let sos = crate::harness::scaled_objects(&client, rig.ns());
         for (name, target) in [("orphan", "missing"), ("worker", "worker")] {
             let so: kube::api::DynamicObject = serde_json::from_value(json!({
                 "apiVersion": "keda.sh/v1alpha1",

@@ -266,6 +266,13 @@ pub fn moonin_api(client: &Client, kind: &str, namespace: &str) -> Api<DynamicOb
     }
 }
 
+/// The dynamic API of KEDA's ScaledObjects in `namespace`.
+pub fn scaled_objects(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "scaledobjects");
+    Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
 /// A Deployment `name` of `replicas` Pods that kwok runs (they tolerate its Nodes' taint),
 /// each asking for a little CPU and memory.
 pub fn kwok_deployment(name: &str, replicas: i32) -> k8s_openapi::api::apps::v1::Deployment {

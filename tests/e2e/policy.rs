@@ -6,23 +6,16 @@ use std::{process::Command, time::Duration};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
-    Api, Client,
+    Api,
     api::{DynamicObject, Patch, PatchParams, PostParams},
-    core::GroupVersionKind,
 };
 use serde_json::{Value, json};
 
 use crate::{
     common,
-    harness::{TestNamespace, wait_for},
+    harness::{TestNamespace, scaled_objects, wait_for},
     require_cluster,
 };
-
-fn scaled_objects(client: &Client, ns: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject");
-    let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "scaledobjects");
-    Api::namespaced_with(client.clone(), ns, &ar)
-}
 
 /// A ScaledObject that keeps every rule, with `spec` merged over it.
 fn scaled_object(name: &str, spec: Value) -> DynamicObject {

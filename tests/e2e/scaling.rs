@@ -989,12 +989,6 @@ async fn keda_hpa_is(rig: &Rig, min: i32, max: i32) -> HorizontalPodAutoscaler {
     .await
 }
 
-fn scaled_objects(rig: &Rig) -> Api<kube::api::DynamicObject> {
-    let gvk = kube::core::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject");
-    let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "scaledobjects");
-    Api::namespaced_with(rig.client.clone(), rig.ns(), &ar)
-}
-
 /// KEDA's operator, built from its pinned module by `e2e/keda`, turns the ScaledObject into
 /// the HPA `keda-hpa-<name>`; kube-controller-manager scales the Deployment. Moonin writes
 /// only the ScaledObject.
@@ -1035,7 +1029,7 @@ async fn keda_scaled_object_is_overridden_and_restored_and_its_hpa_never_touched
         }
         serde_json::from_value::<kube::api::DynamicObject>(v).expect("scaled object")
     };
-    let api = scaled_objects(&rig);
+    let api = crate::harness::scaled_objects(&rig.client, rig.ns());
     let created = api
         .create(&PostParams::default(), &so("queue", false))
         .await

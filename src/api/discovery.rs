@@ -68,6 +68,10 @@ pub struct ClusterDiscoverySpec {
     /// Helm release discovery (reads Helm release Secrets; needs the opt-in RBAC role).
     #[serde(default)]
     pub helm: HelmDiscovery,
+    /// Change tracking of the Secrets workloads refer to (watches Secrets; needs the opt-in
+    /// RBAC role of Helm discovery).
+    #[serde(default)]
+    pub secret_changes: SecretChanges,
     /// Namespaces that are never inventoried; an excluded namespace's inventory is deleted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256))]
@@ -119,6 +123,18 @@ pub struct AutoscalingPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct HelmDiscovery {
     /// Decode Helm release Secrets (sanitised: values, manifests and notes are never published).
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+/// Secret change tracking switches.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretChanges {
+    /// Record a change of the data of a Secret a Deployment refers to (env, envFrom,
+    /// volumes) as a WorkloadRevision of that Deployment, naming the keys that changed: key
+    /// names only, never a value or a hash of one. Secrets are watched in full (except Helm
+    /// release Secrets) and reduced at once to key names.
     #[serde(default)]
     pub enabled: bool,
 }
@@ -354,6 +370,52 @@ pub struct WorkloadBaseline {
     /// `Secret/<name>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub config_refs: Vec<String>,
+    /// What the ConfigMaps and Secrets it refers to held: key names, and a hash of a
+    /// ConfigMap's data (never a value, never a hash of a Secret's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub configs: Vec<ConfigBaseline>,
+}
+
+/// The content of a ConfigMap or Secret a workload refers to, as its baseline holds it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigBaseline {
+    /// `ConfigMap/<name>` or `Secret/<name>`.
+    pub source: String,
+    /// It did not exist.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub missing: bool,
+    /// Its key names (of `data` and `binaryData`), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
+    /// A ConfigMap's data hash: SHA-256 over its keys and values, 16 hex digits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_hash: Option<String>,
+}
+
+/// A change of the data of a ConfigMap or Secret a workload refers to (names, never values).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigChange {
+    /// `ConfigMap/<name>` or `Secret/<name>`.
+    pub source: String,
+    /// The keys added, removed or whose value changed, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
+    /// Values of other keys changed too, while no Moonin process watched: which ones is not
+    /// known (only a ConfigMap's data hash survives a restart).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keys_unknown: bool,
+    /// A ConfigMap's new data hash: SHA-256 over its keys and values, 16 hex digits. A
+    /// Secret has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_hash: Option<String>,
+    /// It was deleted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// The field manager of its latest change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_by: Option<String>,
 }
 
 /// A container and its image.
@@ -510,6 +572,11 @@ pub struct WorkloadRevisionSpec {
     /// ConfigMaps and Secrets the new template refers to (names only, never data).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub config_refs: Vec<String>,
+    /// Changes of the data of ConfigMaps and Secrets the template refers to: the keys that
+    /// changed and a ConfigMap's new data hash, never a value. Such a change restarts no
+    /// Pod, so it starts no rollout.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config_changes: Vec<ConfigChange>,
     /// The Helm release behind the change, when Helm manages the workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm: Option<HelmRevision>,

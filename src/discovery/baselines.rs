@@ -8,7 +8,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use super::view::DeploymentView;
+use super::{config, view::DeploymentView};
 use crate::api::discovery::{ContainerImage, WorkloadBaseline};
 
 /// Per Deployment (`(namespace, name)`), the view its last revision record was derived
@@ -55,6 +55,7 @@ pub fn published(view: &DeploymentView) -> WorkloadBaseline {
             })
             .collect(),
         config_refs: view.config_refs.clone(),
+        configs: view.configs.iter().map(config::published).collect(),
     }
 }
 
@@ -73,6 +74,7 @@ pub fn restored(namespace: &str, name: &str, b: &WorkloadBaseline) -> Deployment
             .map(|c| (c.name.clone(), c.image.clone()))
             .collect(),
         config_refs: b.config_refs.clone(),
+        configs: b.configs.iter().map(config::restored).collect(),
         ..DeploymentView::default()
     }
 }

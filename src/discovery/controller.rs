@@ -14,6 +14,7 @@ use super::{
     dirty::{Mark, Pending},
     heartbeat::{self, Reachability},
     helm_secrets::HelmState,
+    opt_in::Access,
     rebuild::{RebuildState, Refusals, Serving, Streak, rebuild},
     stores,
 };
@@ -51,7 +52,9 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     let pending = Arc::new(Pending::default());
     let baselines = Arc::new(Baselines::default());
     let helm = Arc::new(HelmState::default());
-    let (stores, drives) = stores::watch(&client, &pending, &baselines, &helm).await;
+    let secret_access = Arc::new(Access::new(stores::SECRETS_DENIED));
+    let (stores, drives) =
+        stores::watch(&client, &pending, &baselines, &helm, &secret_access).await;
     let shared = Arc::new(Shared {
         client: client.clone(),
         ctx: ctx.clone(),
@@ -59,6 +62,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         pending,
         baselines,
         helm,
+        secret_access,
         reachability: Reachability::default(),
         events: Publisher::new(client.clone(), "moonin-discovery"),
     });

@@ -16,6 +16,9 @@ pub struct Mark {
     pub cluster: bool,
     /// A Deployment as it is now, for its revision record.
     pub deployment: Option<Arc<DeploymentView>>,
+    /// A ConfigMap or Secret whose data changed, as `(namespace, "ConfigMap/<name>")`: the
+    /// Deployments that refer to it are measured again.
+    pub config: Option<(String, String)>,
 }
 
 impl Mark {
@@ -49,7 +52,10 @@ impl Mark {
     }
 
     fn is_none(&self) -> bool {
-        self.namespace.is_none() && !self.cluster && self.deployment.is_none()
+        self.namespace.is_none()
+            && !self.cluster
+            && self.deployment.is_none()
+            && self.config.is_none()
     }
 }
 
@@ -63,6 +69,8 @@ pub struct Dirty {
     /// Deployments that changed, in the order seen (their revision baseline is kept in
     /// [`Baselines`](super::baselines::Baselines)).
     pub deployments: Vec<Arc<DeploymentView>>,
+    /// ConfigMaps and Secrets whose data changed, `(namespace, "ConfigMap/<name>")`.
+    pub configs: BTreeSet<(String, String)>,
 }
 
 impl Dirty {
@@ -71,6 +79,7 @@ impl Dirty {
         self.namespaces.extend(mark.namespace);
         self.cluster |= mark.cluster;
         self.deployments.extend(mark.deployment);
+        self.configs.extend(mark.config);
     }
 
     /// A full rebuild: every namespace (instead of those marked) and the cluster status.
@@ -84,6 +93,7 @@ impl Dirty {
     pub fn put_back(&mut self, earlier: Dirty) {
         self.cluster = true;
         self.namespaces.extend(earlier.namespaces);
+        self.configs.extend(earlier.configs);
         let newer = std::mem::replace(&mut self.deployments, earlier.deployments);
         self.deployments.extend(newer);
     }
@@ -156,6 +166,14 @@ mod tests {
             ..Mark::namespace("shop")
         });
         d.add(Mark::none());
+        d.add(Mark {
+            config: Some(("shop".into(), "ConfigMap/web".into())),
+            ..Mark::none()
+        });
+        assert_eq!(
+            d.configs,
+            [("shop".to_string(), "ConfigMap/web".to_string())].into()
+        );
         assert_eq!(
             d.namespaces,
             ["a", "b", "shop"].map(String::from).into_iter().collect()
@@ -188,7 +206,12 @@ mod tests {
             deployment: Some(deployment("web", 2)),
             ..Mark::namespace("other")
         });
+        earlier.add(Mark {
+            config: Some(("shop".into(), "Secret/db".into())),
+            ..Mark::none()
+        });
         now.put_back(earlier);
+        assert_eq!(now.configs.len(), 1, "a config change is not dropped");
         assert_eq!(names(&now), ["web@1", "web@2"]);
         assert_eq!(
             now.namespaces,

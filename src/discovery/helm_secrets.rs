@@ -7,34 +7,23 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
+    sync::{Arc, Mutex},
 };
 
-use futures::{StreamExt, future::BoxFuture, stream::BoxStream};
+use futures::{StreamExt, future::BoxFuture};
 use k8s_openapi::api::core::v1::Secret;
-use kube::{
-    Api, Client, ResourceExt,
-    core::PartialObjectMeta,
-    runtime::{WatchStreamExt, watcher},
-};
+use kube::{Api, Client, ResourceExt, core::PartialObjectMeta, runtime::watcher};
 
 use super::{
     dirty::{Mark, Pending},
     helm,
     index::{Change, Projections},
+    opt_in::{self, Access},
     watch::{all_valid, projections_with},
 };
 use crate::api::discovery::{HelmRelease, HelmRevision};
-use crate::runtime::{access, errors::brief};
+use crate::runtime::errors::brief;
 
-/// How long a refused Helm Secret watch waits before it asks again.
-const HELM_DENIED_RETRY: Duration = Duration::from_secs(60);
-/// How often a watch waiting for Helm discovery to be switched on looks again.
-const ENABLED_POLL: Duration = Duration::from_secs(2);
 /// `HelmAccess` while the watch's list is refused.
 const DENIED: &str = "listing Helm release Secrets is forbidden";
 
@@ -69,54 +58,36 @@ pub type Release = (String, HelmRelease, HelmRevision);
 
 /// Decoded releases by Secret (`namespace/name`, resourceVersion), and whether reading
 /// Secrets is refused. Shared by the watch and the rebuilds.
-#[derive(Default)]
-pub struct HelmState(Mutex<HelmInner>);
+pub struct HelmState {
+    decoded: Mutex<HashMap<(String, String), Release>>,
+    /// Whether Helm release Secrets may be read.
+    pub access: Access,
+}
 
-#[derive(Default)]
-struct HelmInner {
-    decoded: HashMap<(String, String), Release>,
-    /// The last refusal reading Secrets, if any (a message).
-    denied: Option<String>,
+impl Default for HelmState {
+    fn default() -> Self {
+        Self {
+            decoded: Mutex::default(),
+            access: Access::new(DENIED),
+        }
+    }
 }
 
 impl HelmState {
-    /// Records whether the watch's list is refused; true when that changes what
-    /// `HelmAccess` says. Only the watch lifts its own refusal: a refused read of one
-    /// Secret stands until a read succeeds.
-    pub fn watch_refused(&self, refused: bool) -> bool {
-        let mut g = self.locked();
-        let before = g.denied.clone();
-        if refused {
-            g.denied = Some(DENIED.to_string());
-        } else if g.denied.as_deref() == Some(DENIED) {
-            g.denied = None;
-        }
-        before != g.denied
-    }
-
-    /// Why reading Secrets is refused, if it is.
-    pub fn denied(&self) -> Option<String> {
-        self.locked().denied.clone()
-    }
-
     fn cached(&self, key: &(String, String)) -> Option<Release> {
-        self.locked().decoded.get(key).cloned()
-    }
-
-    fn read_refused(&self, why: String) {
-        self.locked().denied = Some(why);
+        self.locked().get(key).cloned()
     }
 
     /// A Secret read and decoded: reading works, and earlier versions of it go.
     fn decoded(&self, key: (String, String), release: Release) {
+        self.access.read_ok();
         let mut g = self.locked();
-        g.denied = None;
-        g.decoded.retain(|k, _| k.0 != key.0);
-        g.decoded.insert(key, release);
+        g.retain(|k, _| k.0 != key.0);
+        g.insert(key, release);
     }
 
-    fn locked(&self) -> std::sync::MutexGuard<'_, HelmInner> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    fn locked(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Release>> {
+        self.decoded.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -139,8 +110,7 @@ pub fn latest(secrets: Vec<HelmSecretView>) -> BTreeMap<String, HelmSecretView> 
 
 /// The metadata-only watch of Helm release Secrets, and the future that drives it. It runs
 /// only while the ClusterDiscovery in charge has `spec.helm.enabled` (Secrets are not even
-/// listed otherwise); a refused list is retried after [`HELM_DENIED_RETRY`] rather than at
-/// the watcher's pace. A change marks its namespace.
+/// listed otherwise; see [`opt_in::watch`]). A change marks its namespace.
 pub fn watch(
     client: Client,
     enabled: impl Fn() -> bool + Clone + Send + Sync + 'static,
@@ -150,32 +120,22 @@ pub fn watch(
     let on_refusal = {
         let pending = pending.clone();
         move |refused: bool| {
-            if helm.watch_refused(refused) {
+            if helm.access.watch_refused(refused) {
                 pending.mark(Mark::cluster());
             }
         }
     };
-    // One round per period of Helm being enabled: a fresh watch (its first list replaces the
-    // index), ended when Helm is disabled or the list is refused.
-    // The state is the previous round's "refused" flag: `flat_map` drains a round before it
-    // asks for the next, so the flag is final by then.
-    let rounds = futures::stream::unfold(Arc::new(AtomicBool::new(false)), move |refused_before| {
-        let (client, enabled, on_refusal) = (client.clone(), enabled.clone(), on_refusal.clone());
-        async move {
-            if refused_before.load(Ordering::Acquire) {
-                tokio::time::sleep(HELM_DENIED_RETRY).await;
-            }
-            while !enabled() {
-                tokio::time::sleep(ENABLED_POLL).await;
-            }
-            let refused = Arc::new(AtomicBool::new(false));
-            Some((round(client, enabled, on_refusal, refused.clone()), refused))
-        }
-    });
-    let events = rounds
-        .flat_map(|round| round)
-        .map(|e| e.map(all_valid))
-        .boxed();
+    let events = opt_in::watch(
+        Api::<PartialObjectMeta<Secret>>::all(client),
+        watcher::Config::default()
+            .labels("owner=helm")
+            .page_size(500),
+        "Helm release Secrets",
+        enabled,
+        on_refusal,
+    )
+    .map(|e| e.map(all_valid))
+    .boxed();
     projections_with(
         events,
         helm_secret_view,
@@ -185,49 +145,6 @@ pub fn watch(
             }
         }),
     )
-}
-
-type SecretEvents =
-    BoxStream<'static, Result<watcher::Event<PartialObjectMeta<Secret>>, watcher::Error>>;
-
-/// One round of the watch: until Helm is disabled, or the list is refused (then `refused`
-/// is set). Whether listing is allowed goes to `on_refusal` as the events say.
-fn round(
-    client: Client,
-    enabled: impl Fn() -> bool + Send + 'static,
-    on_refusal: impl Fn(bool) + Send + 'static,
-    refused: Arc<AtomicBool>,
-) -> SecretEvents {
-    watcher(
-        Api::<PartialObjectMeta<Secret>>::all(client),
-        watcher::Config::default()
-            .labels("owner=helm")
-            .page_size(500),
-    )
-    .default_backoff()
-    .inspect(move |event| {
-        let denied = match event {
-            Err(e) if access::forbidden(e).is_some() => Some(true),
-            Err(e) => {
-                tracing::warn!(error = %crate::runtime::errors::brief_watch(e), "Helm release Secrets: watch error; retrying");
-                None
-            }
-            // `Init` comes before the list: only data says the list was allowed.
-            Ok(watcher::Event::Init) => None,
-            Ok(_) => Some(false),
-        };
-        if let Some(denied) = denied {
-            on_refusal(denied);
-        }
-    })
-    .take_while(move |event| {
-        let stop = matches!(event, Err(e) if access::forbidden(e).is_some());
-        if stop {
-            refused.store(true, Ordering::Release);
-        }
-        futures::future::ready(!stop && enabled())
-    })
-    .boxed()
 }
 
 /// The latest release of each Helm release in `ns`, decoded (and cached by Secret
@@ -259,7 +176,8 @@ pub async fn releases(
                 helm::sanitise_release(&payload).map_err(|e| e.reason().to_string())
             }
             Err(kube::Error::Api(e)) if e.code == 403 => {
-                helm.read_refused(format!("reading Secret {ns}/{} is forbidden", s.name));
+                helm.access
+                    .read_refused(format!("reading Secret {ns}/{} is forbidden", s.name));
                 continue;
             }
             Err(e) => {
@@ -323,28 +241,11 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_watch_is_reported_once_and_lifted_by_its_own_success() {
+    fn a_decoded_release_lifts_a_refused_read_and_replaces_earlier_versions() {
         let helm = HelmState::default();
-        assert!(
-            !helm.watch_refused(false),
-            "allowed from the start: no change"
-        );
-        assert!(helm.watch_refused(true));
-        assert!(!helm.watch_refused(true), "still refused: no change");
-        assert_eq!(helm.denied().as_deref(), Some(DENIED));
-        assert!(helm.watch_refused(false));
-        assert_eq!(helm.denied(), None);
-    }
-
-    #[test]
-    fn a_refused_read_stands_until_a_read_succeeds() {
-        let helm = HelmState::default();
-        helm.read_refused("reading Secret shop/x is forbidden".into());
-        assert!(
-            !helm.watch_refused(false),
-            "the watch does not lift a refused read"
-        );
-        assert!(helm.denied().is_some());
+        helm.access
+            .read_refused("reading Secret shop/x is forbidden".into());
+        assert!(helm.access.denied().is_some());
         let release = |revision| {
             (
                 "shop".to_string(),
@@ -364,7 +265,7 @@ mod tests {
             )
         };
         helm.decoded(key("1"), release(1));
-        assert_eq!(helm.denied(), None);
+        assert_eq!(helm.access.denied(), None);
         helm.decoded(key("2"), release(2));
         assert_eq!(
             helm.cached(&key("1")),

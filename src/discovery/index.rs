@@ -231,6 +231,11 @@ impl<V: Clone> Projections<V> {
     pub fn in_namespace_keyed(&self, ns: &str) -> Vec<(String, V)> {
         self.read(|i| i.in_namespace_keyed(ns))
     }
+
+    /// One view.
+    pub fn get(&self, ns: &str, name: &str) -> Option<V> {
+        self.read(|i| i.get(ns, name))
+    }
 }
 
 #[cfg(test)]

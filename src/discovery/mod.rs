@@ -14,6 +14,7 @@
 
 pub mod baselines;
 pub mod cluster;
+pub mod config;
 pub mod controller;
 pub mod dirty;
 pub mod errors;
@@ -24,6 +25,7 @@ pub mod index;
 pub mod inventory;
 pub mod names;
 pub mod namespace;
+pub mod opt_in;
 pub mod policy;
 pub mod progress;
 pub mod rebuild;

@@ -13,6 +13,8 @@ pub mod condition_types {
     pub const INVENTORY_COMPLETE: &str = "InventoryComplete";
     /// Helm release Secrets can be read (or Helm discovery is off).
     pub const HELM_ACCESS: &str = "HelmAccess";
+    /// The Secrets workloads refer to can be read (or Secret change tracking is off).
+    pub const SECRET_ACCESS: &str = "SecretAccess";
     /// Some namespace's inventory was split into parts.
     pub const TRUNCATED: &str = "Truncated";
 }
@@ -29,11 +31,11 @@ pub mod condition_reasons {
     pub const IN_PROGRESS: &str = "InProgress";
     /// `Truncated`: an inventory was split into parts.
     pub const SPLIT: &str = "Split";
-    /// `HelmAccess`: `spec.helm.enabled` is false.
+    /// `HelmAccess`, `SecretAccess`: switched off in the spec.
     pub const DISABLED: &str = "Disabled";
-    /// `HelmAccess`: listing Helm release Secrets is refused.
+    /// `HelmAccess`, `SecretAccess`: listing the Secrets is refused.
     pub const FORBIDDEN: &str = "Forbidden";
-    /// `HelmAccess`: release Secrets are read.
+    /// `HelmAccess`, `SecretAccess`: the Secrets are read.
     pub const SECRETS_READABLE: &str = "SecretsReadable";
     /// `ApiReachable`.
     pub const REACHABLE: &str = "Reachable";

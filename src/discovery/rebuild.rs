@@ -137,15 +137,28 @@ pub async fn rebuild(
     let helm_enabled = cd.spec.helm.enabled;
 
     // Revision records first: they do not depend on the inventory.
-    let mut changes = dirty.deployments;
+    let Dirty {
+        mut namespaces,
+        deployments: mut changes,
+        configs,
+        ..
+    } = dirty;
     if full {
         changes.extend(shared.stores.deployments.all());
+    } else {
+        for d in referring(shared, &configs) {
+            namespaces.insert(d.namespace.clone());
+            changes.push(d);
+        }
     }
     let workloads = record::by_workload(changes, &live, &excluded);
-    record::record_all(shared, workloads, helm_enabled).await?;
+    let secrets_readable = cd.spec.secret_changes.enabled
+        && shared.secret_access.denied().is_none()
+        && shared.stores.secrets.synced();
+    record::record_all(shared, workloads, helm_enabled, secrets_readable).await?;
 
     let mut unwritten = BTreeSet::new();
-    for ns in &dirty.namespaces {
+    for ns in &namespaces {
         if !live.contains(ns) || excluded.contains(ns.as_str()) {
             state.progress.forget(ns);
             state.refusals.forget(ns);
@@ -173,6 +186,30 @@ pub async fn rebuild(
     status::write(shared, cd, &snapshot.current, &status::decide(&snapshot)).await?;
     status::report_not_in_charge(shared, cd).await?;
     Ok(unwritten)
+}
+
+/// The Deployments that refer to a ConfigMap or Secret of `configs`
+/// (`(namespace, "ConfigMap/<name>")`), as they are now: their configuration is measured
+/// again.
+fn referring(
+    shared: &Shared,
+    configs: &BTreeSet<(String, String)>,
+) -> Vec<std::sync::Arc<super::view::DeploymentView>> {
+    let mut by_namespace: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (ns, source) in configs {
+        by_namespace.entry(ns).or_default().insert(source);
+    }
+    by_namespace
+        .into_iter()
+        .flat_map(|(ns, sources)| {
+            shared
+                .stores
+                .deployments
+                .in_namespace(ns)
+                .into_iter()
+                .filter(move |d| d.config_refs.iter().any(|r| sources.contains(r.as_str())))
+        })
+        .collect()
 }
 
 /// Rebuilds one namespace's inventory. `Ok(false)` when its write failed: one namespace's

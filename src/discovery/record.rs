@@ -21,7 +21,7 @@ use kube::{
 use serde_json::json;
 
 use super::{
-    baselines,
+    baselines, config,
     errors::{gone_is_done, namespace_being_deleted},
     helm_secrets,
     names::CONTROLLER,
@@ -134,11 +134,12 @@ pub async fn record_all(
     shared: &Shared,
     workloads: Vec<Vec<Arc<DeploymentView>>>,
     helm_enabled: bool,
+    secrets_readable: bool,
 ) -> Result<(), kube::Error> {
     let failed = futures::stream::iter(workloads)
         .map(|views| async move {
             for after in views {
-                match record(shared, &after, helm_enabled).await {
+                match record(shared, &after, helm_enabled, secrets_readable).await {
                     Ok(()) => {}
                     Err(e) if namespace_being_deleted(&e) => {
                         tracing::debug!(namespace = %after.namespace, "namespace being deleted; no revision");
@@ -158,23 +159,41 @@ pub async fn record_all(
     }
 }
 
-/// Records one observed view of a Deployment: loads its baseline, Helm release and
-/// records, then writes what [`plan`] says.
+/// Records one observed view of a Deployment: loads its baseline, Helm release, records and
+/// the content of the ConfigMaps (and, when `secrets_readable`, Secrets) it refers to, then
+/// writes what [`plan`] says.
 async fn record(
     shared: &Shared,
     after: &Arc<DeploymentView>,
     helm_enabled: bool,
+    secrets_readable: bool,
 ) -> Result<(), kube::Error> {
+    let after = &with_configs(shared, after, secrets_readable);
     let key = (after.namespace.clone(), after.name.clone());
     let remembered = shared.baselines.get(&key);
     let first_sight = remembered.is_none();
     // First sight: measure from what the inventory published, which an edit still waiting
     // for its ReplicaSet revision must keep being measured from.
-    let before = remembered.or_else(|| {
-        let published = Arc::new(published_baseline(shared, &after.namespace, &after.name)?);
-        shared.baselines.set(&published);
-        Some(published)
-    });
+    let before = remembered
+        .or_else(|| {
+            Some(Arc::new(published_baseline(
+                shared,
+                &after.namespace,
+                &after.name,
+            )?))
+        })
+        .map(|b| {
+            // A ConfigMap the baseline holds nothing of is measured from now on.
+            let b = match config::fill(&b.configs, &after.configs) {
+                Some(configs) if revision::same_object(&b, after) => Arc::new(DeploymentView {
+                    configs,
+                    ..(*b).clone()
+                }),
+                _ => b,
+            };
+            shared.baselines.set(&b);
+            b
+        });
     let now = Timestamp::now();
     let helm = match (&after.helm_release, helm_enabled) {
         (Some(release), true) => helm_secrets::releases(
@@ -267,6 +286,39 @@ where
         ..PatchParams::default()
     };
     gone_is_done(api.patch_status(name, &pp, &Patch::Merge(body)).await)
+}
+
+/// `after` with the state of the ConfigMaps it refers to, and of the Secrets when
+/// `secrets_readable`, as stored now (the same view when there is none). A Secret not
+/// measured now is left out, not taken as missing.
+fn with_configs(
+    shared: &Shared,
+    after: &Arc<DeploymentView>,
+    secrets_readable: bool,
+) -> Arc<DeploymentView> {
+    let s = &shared.stores;
+    let configs: Vec<config::ConfigState> = after
+        .config_refs
+        .iter()
+        .filter_map(|r| {
+            let view = match (
+                config::name_of(r, config::CONFIG_MAP),
+                config::name_of(r, config::SECRET),
+            ) {
+                (Some(name), _) => s.config_maps.get(&after.namespace, name),
+                (_, Some(name)) if secrets_readable => s.secrets.get(&after.namespace, name),
+                _ => return None,
+            };
+            Some(config::state(r, view.as_ref()))
+        })
+        .collect();
+    if configs.is_empty() {
+        return after.clone();
+    }
+    Arc::new(DeploymentView {
+        configs,
+        ..(**after).clone()
+    })
 }
 
 /// The baseline of `namespace`/`name` in the published inventory (any of its parts).

@@ -20,7 +20,7 @@ use crate::api::discovery::{
     HelmRevision, ImageChange, ReplicasChange, WorkloadRef, WorkloadRevision, WorkloadRevisionSpec,
 };
 use crate::api::{conditions::types, field_manager};
-use crate::discovery::{names::condition_reasons, view::DeploymentView};
+use crate::discovery::{config, names::condition_reasons, view::DeploymentView};
 
 /// Revision records kept per workload; [`prune`] names the older ones for deletion.
 pub const KEPT: usize = 10;
@@ -50,7 +50,9 @@ const ELLIPSIS: &str = "…";
 ///
 /// Worth a record: a new ReplicaSet revision (the `deployment.kubernetes.io/revision`
 /// annotation moved), image changes per container, changed ConfigMap / Secret references,
-/// and a change of `spec.replicas` (recorded whoever made it; a caller that does not want
+/// a change of the data of a ConfigMap or Secret referred to (measured from
+/// `before.configs`, see [`config::changes`]; it starts no rollout), and a change of
+/// `spec.replicas` (recorded whoever made it; a caller that does not want
 /// autoscaler moves in the log filters them out). Status-only changes give `None`.
 ///
 /// `before` must be the view the caller's last record was derived from (or the view it
@@ -66,7 +68,8 @@ const ELLIPSIS: &str = "…";
 /// with another non-empty UID is a Deployment deleted and created again under the same
 /// name, which is first sight as well.
 ///
-/// `changed_by` is the template's field manager when the template changed, else the first
+/// `changed_by` is the template's field manager when the template changed, else the field
+/// manager of the first ConfigMap or Secret whose data changed, else the first
 /// (in byte order) of the managers that own `spec.replicas`. `revision` is the annotation,
 /// or 1 when absent (the annotation is missing only before the Deployment controller's first
 /// sync, whose ReplicaSet is revision 1; the CRD requires at least 1).
@@ -88,13 +91,14 @@ pub fn change(
         from: before.replicas,
         to: after.replicas,
     });
+    let contents = config::changes(&before.configs, &after.configs);
 
     if edited && !rolled && after.observed_generation < after.generation {
         // The revision bump follows; record the edit with it.
         return None;
     }
     let template_changed = edited || rolled;
-    if !template_changed && replicas.is_none() {
+    if !template_changed && replicas.is_none() && contents.is_empty() {
         return None;
     }
 
@@ -106,6 +110,7 @@ pub fn change(
     if rolled && !edited {
         parts.push(format!("template changed (revision {revision})"));
     }
+    parts.extend(contents.iter().map(config::describe));
     if let Some(r) = &replicas {
         parts.push(format!("replicas {} → {}", r.from, r.to));
     }
@@ -121,6 +126,8 @@ pub fn change(
     });
     let changed_by = if template_changed {
         image_author.or_else(|| after.template_manager.clone())
+    } else if let Some(c) = contents.first() {
+        c.changed_by.clone()
     } else {
         after.replicas_managers.first().cloned()
     };
@@ -138,6 +145,7 @@ pub fn change(
         } else {
             Vec::new()
         },
+        config_changes: contents,
         helm,
         rollout: template_changed,
     })
@@ -319,6 +327,16 @@ fn content_hash(deployment: &str, spec: &WorkloadRevisionSpec) -> String {
     h.update((spec.config_refs.len() as u64).to_le_bytes());
     for r in &spec.config_refs {
         text(&mut h, r);
+    }
+    h.update((spec.config_changes.len() as u64).to_le_bytes());
+    for c in &spec.config_changes {
+        text(&mut h, &c.source);
+        h.update((c.keys.len() as u64).to_le_bytes());
+        for k in &c.keys {
+            text(&mut h, k);
+        }
+        h.update([u8::from(c.keys_unknown), u8::from(c.deleted)]);
+        maybe(&mut h, c.data_hash.as_deref());
     }
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -52,6 +52,7 @@ fn spec(revision: i64, summary: &str) -> WorkloadRevisionSpec {
         images: Vec::new(),
         replicas: None,
         config_refs: vec!["ConfigMap/shop".into()],
+        config_changes: Vec::new(),
         helm: None,
         rollout: true,
     }
@@ -133,6 +134,56 @@ fn config_reference_changes_list_added_then_removed() {
         ..spec(4, "config +ConfigMap/flags +Secret/db-v2 -Secret/db-v1")
     };
     assert_eq!(change(Some(&before), &after, None, now()), Some(expected));
+}
+
+/// `shop` as the recorder sees it when its ConfigMap `shop` holds `data`.
+fn with_config(mut v: DeploymentView, data: serde_json::Value) -> DeploymentView {
+    let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "shop", "managedFields": [
+            {"manager": "argocd-controller", "operation": "Apply", "time": "2026-05-01T11:00:00Z"},
+        ]},
+        "data": data,
+    }))
+    .unwrap();
+    v.configs = vec![config::state(
+        "ConfigMap/shop",
+        Some(&config::config_map(&cm)),
+    )];
+    v
+}
+
+#[test]
+fn a_config_map_data_change_is_a_revision_naming_the_keys_but_no_rollout() {
+    let before = with_config(
+        shop(),
+        serde_json::json!({"LOG": "info", "DB_PASSWORD": "a"}),
+    );
+    let after = with_config(
+        shop(),
+        serde_json::json!({"LOG": "debug", "DB_PASSWORD": "a"}),
+    );
+    let c = change(Some(&before), &after, None, now()).expect("a change");
+    assert!(!c.rollout, "no Pod restarts for it");
+    assert_eq!(c.revision, 3, "under the current revision");
+    assert_eq!(c.config_changes.len(), 1);
+    assert_eq!(c.config_changes[0].keys, ["LOG"]);
+    assert_eq!(c.changed_by.as_deref(), Some("argocd-controller"));
+    assert!(
+        c.summary
+            .starts_with("ConfigMap/shop keys LOG changed (data ")
+    );
+    assert!(c.config_refs.is_empty(), "the references did not change");
+    let text = serde_json::to_string(&c).unwrap();
+    assert!(!text.contains("debug") && !text.contains("info"), "{text}");
+    // Two different edits at one revision get different names.
+    let again = with_config(
+        shop(),
+        serde_json::json!({"LOG": "warn", "DB_PASSWORD": "a"}),
+    );
+    let c2 = change(Some(&after), &again, None, now()).unwrap();
+    assert_ne!(name("shop", &c), name("shop", &c2));
+    // The same data: nothing.
+    assert_eq!(change(Some(&after), &after.clone(), None, now()), None);
 }
 
 #[test]

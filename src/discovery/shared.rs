@@ -9,7 +9,7 @@ use kube::Client;
 
 use super::{
     baselines::Baselines, dirty::Pending, heartbeat::Reachability, helm_secrets::HelmState,
-    stores::Stores,
+    opt_in::Access, stores::Stores,
 };
 use crate::runtime::{context::Context, events::Publisher};
 
@@ -29,6 +29,8 @@ pub struct Shared {
     pub baselines: Arc<Baselines>,
     /// Decoded Helm releases, and whether reading them is refused.
     pub helm: Arc<HelmState>,
+    /// Whether the Secrets workloads refer to may be read.
+    pub secret_access: Arc<Access>,
     /// The heartbeat's last outcome.
     pub reachability: Reachability,
     /// Publishes discovery's Events.

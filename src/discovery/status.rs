@@ -51,10 +51,10 @@ impl ApiProbe {
     }
 }
 
-/// Whether Helm release Secrets are read.
+/// Whether the Secrets an opt-in part of discovery reads are read.
 #[derive(Debug, Clone, PartialEq)]
-pub enum HelmAccess {
-    /// `spec.helm.enabled` is false.
+pub enum SecretAccess {
+    /// Switched off in the spec.
     Disabled,
     /// Reading them is refused: why.
     Denied(String),
@@ -74,7 +74,9 @@ pub struct ClusterSnapshot {
     /// Whether the API server answered last (None: not asked yet).
     pub reachable: Option<Result<(), String>>,
     /// Whether Helm release Secrets are read.
-    pub helm: HelmAccess,
+    pub helm: SecretAccess,
+    /// Whether the Secrets workloads refer to are read.
+    pub secrets: SecretAccess,
     /// The totals.
     pub totals: Totals,
     /// How many of the `totals.namespaces` inventoried namespaces have their inventory
@@ -117,11 +119,16 @@ pub async fn load(
         .filter(|n| !excluded.contains(n.as_str()))
         .collect();
     let outside = |ns: &str| excluded.contains(ns);
-    let helm = match (cd.spec.helm.enabled, shared.helm.denied()) {
-        (false, _) => HelmAccess::Disabled,
-        (true, Some(why)) => HelmAccess::Denied(why),
-        (true, None) => HelmAccess::Readable,
+    let access = |enabled: bool, denied: Option<String>| match (enabled, denied) {
+        (false, _) => SecretAccess::Disabled,
+        (true, Some(why)) => SecretAccess::Denied(why),
+        (true, None) => SecretAccess::Readable,
     };
+    let helm = access(cd.spec.helm.enabled, shared.helm.access.denied());
+    let secrets = access(
+        cd.spec.secret_changes.enabled,
+        shared.secret_access.denied(),
+    );
     ClusterSnapshot {
         name,
         nodes: s.nodes.all(),
@@ -132,6 +139,7 @@ pub async fn load(
             .last()
             .or_else(|| probe.reachable.clone()),
         helm,
+        secrets,
         totals: Totals {
             namespaces: inventoried.len() as i32,
             deployments: s
@@ -217,30 +225,47 @@ fn desired(s: &ClusterSnapshot) -> Vec<Desired> {
             "every watched kind has listed and every namespace's inventory is written",
         ),
         helm_condition(&s.helm),
+        secret_condition(&s.secrets),
         truncated_condition(&s.split),
     ]
 }
 
-fn helm_condition(helm: &HelmAccess) -> Desired {
-    match helm {
-        HelmAccess::Disabled => Desired::new(
-            condition_types::HELM_ACCESS,
-            false,
-            condition_reasons::DISABLED,
-            "Helm discovery is off (spec.helm.enabled)",
-        ),
-        HelmAccess::Denied(why) => Desired::new(
-            condition_types::HELM_ACCESS,
+fn helm_condition(helm: &SecretAccess) -> Desired {
+    access_condition(
+        condition_types::HELM_ACCESS,
+        helm,
+        "Helm discovery is off (spec.helm.enabled)",
+        "Helm release Secrets are read and sanitised",
+    )
+}
+
+fn secret_condition(secrets: &SecretAccess) -> Desired {
+    access_condition(
+        condition_types::SECRET_ACCESS,
+        secrets,
+        "Secret change tracking is off (spec.secretChanges.enabled)",
+        "the Secrets workloads refer to are watched, reduced to key names",
+    )
+}
+
+/// The condition of an opt-in reading of Secrets: off, refused or working.
+fn access_condition(
+    type_: &'static str,
+    access: &SecretAccess,
+    off: &'static str,
+    reading: &'static str,
+) -> Desired {
+    match access {
+        SecretAccess::Disabled => Desired::new(type_, false, condition_reasons::DISABLED, off),
+        SecretAccess::Denied(why) => Desired::new(
+            type_,
             false,
             condition_reasons::FORBIDDEN,
-            format!("{why}; grant the opt-in Helm role (config/rbac-helm)"),
+            format!("{why}; grant the opt-in Secrets role (config/rbac-helm)"),
         ),
-        HelmAccess::Readable => Desired::new(
-            condition_types::HELM_ACCESS,
-            true,
-            condition_reasons::SECRETS_READABLE,
-            "Helm release Secrets are read and sanitised",
-        ),
+        SecretAccess::Readable => {
+            Desired::new(type_, true, condition_reasons::SECRETS_READABLE, reading)
+        }
     }
 }
 
@@ -387,7 +412,8 @@ mod tests {
             }],
             version: Some("v1.36.3".into()),
             reachable: None,
-            helm: HelmAccess::Disabled,
+            helm: SecretAccess::Disabled,
+            secrets: SecretAccess::Disabled,
             totals: Totals {
                 namespaces: 3,
                 deployments: 5,
@@ -439,6 +465,7 @@ mod tests {
                     c("Stalled", "False", "Reconciled"),
                     c("InventoryComplete", "True", "Complete"),
                     c("HelmAccess", "False", "Disabled"),
+                    c("SecretAccess", "False", "Disabled"),
                     c("Truncated", "False", "Complete"),
                 ],
                 vec![
@@ -455,7 +482,8 @@ mod tests {
             written: 1,
             split: vec!["big".into(), "bigger".into()],
             reachable: Some(Err("renewing the heartbeat Lease failed".into())),
-            helm: HelmAccess::Denied("listing Helm release Secrets is forbidden".into()),
+            helm: SecretAccess::Denied("listing Helm release Secrets is forbidden".into()),
+            secrets: SecretAccess::Denied("listing Secrets is forbidden".into()),
             ..snapshot()
         };
         let status = decide(&s);
@@ -468,6 +496,7 @@ mod tests {
                     c("Stalled", "False", "Reconciled"),
                     c("InventoryComplete", "False", "InProgress"),
                     c("HelmAccess", "False", "Forbidden"),
+                    c("SecretAccess", "False", "Forbidden"),
                     c("Truncated", "True", "Split"),
                 ],
                 vec![
@@ -476,13 +505,14 @@ mod tests {
                 ]
             )
         );
-        let helm = HelmAccess::Readable;
-        let readable = decide(&ClusterSnapshot { helm, ..snapshot() });
-        assert!(
-            said(&readable)
-                .0
-                .contains(&c("HelmAccess", "True", "SecretsReadable"))
-        );
+        let readable = decide(&ClusterSnapshot {
+            helm: SecretAccess::Readable,
+            secrets: SecretAccess::Readable,
+            ..snapshot()
+        });
+        let conditions = said(&readable).0;
+        assert!(conditions.contains(&c("HelmAccess", "True", "SecretsReadable")));
+        assert!(conditions.contains(&c("SecretAccess", "True", "SecretsReadable")));
     }
 
     #[test]

@@ -5,26 +5,28 @@
 
 use std::sync::Arc;
 
-use futures::{FutureExt, future::BoxFuture};
+use futures::{FutureExt, StreamExt, future::BoxFuture};
 use k8s_openapi::api::{
     apps::v1::{Deployment, ReplicaSet},
-    core::v1::Namespace,
+    core::v1::{Namespace, Secret},
 };
 use kube::{
-    Client, ResourceExt,
+    Api, Client, ResourceExt,
     runtime::{reflector::Store, watcher},
 };
 
 use super::{
     baselines::Baselines,
+    config::{self, ConfigView},
     dirty::{Mark, Pending},
     helm_secrets::{self, HelmSecretView, HelmState},
     index::{Change, Projections},
+    opt_in::{self, Access},
     revision::{RevView, rev_view},
     view::{
         self, CronJobView, DeploymentView, HpaView, JobView, NodeView, PodView, ScaledObjectView,
     },
-    watch::{OnChange, projections},
+    watch::{OnChange, all_valid, projections, projections_with},
 };
 use crate::api::discovery::{ClusterDiscovery, NamespaceInventory};
 use crate::api::{field_manager, keda::ScaledObject};
@@ -70,6 +72,11 @@ pub struct Stores {
     pub cron_jobs: Projections<CronJobView>,
     /// HPAs.
     pub hpas: Projections<HpaView>,
+    /// ConfigMaps: key names and digests, never values.
+    pub config_maps: Projections<ConfigView>,
+    /// The Secrets workloads may refer to (Helm release Secrets aside), reduced at once to
+    /// key names and digests; listed only while `spec.secretChanges.enabled`.
+    pub secrets: Projections<ConfigView>,
     /// None when KEDA's CRD is not installed.
     pub scaled_objects: Option<Projections<ScaledObjectView>>,
     /// WorkloadRevisions.
@@ -98,6 +105,7 @@ impl Stores {
             && self.jobs.synced()
             && self.cron_jobs.synced()
             && self.hpas.synced()
+            && self.config_maps.synced()
             && self.scaled_objects.as_ref().is_none_or(|s| s.synced())
             && self.revisions.synced()
     }
@@ -145,6 +153,7 @@ pub async fn watch(
     pending: &Arc<Pending>,
     baselines: &Arc<Baselines>,
     helm: &Arc<HelmState>,
+    secret_access: &Arc<Access>,
 ) -> (Stores, Vec<BoxFuture<'static, ()>>) {
     let mut w = Watches {
         client,
@@ -187,6 +196,11 @@ pub async fn watch(
         helm.clone(),
         pending.clone(),
     ));
+    let secrets_enabled = {
+        let discoveries = discoveries.clone();
+        move || in_charge(&discoveries.state()).is_some_and(|cd| cd.spec.secret_changes.enabled)
+    };
+    let secrets = w.keep(secrets(client, secrets_enabled, secret_access, pending));
     let stores = Stores {
         nodes: w.project(view::node, cluster_wide),
         namespaces: w.project(namespace_view, namespace_changed),
@@ -196,6 +210,8 @@ pub async fn watch(
         jobs: w.project(view::job, by_namespace),
         cron_jobs: w.project(view::cron_job, by_namespace),
         hpas: w.project(view::hpa, by_namespace),
+        config_maps: w.project(config::config_map, config_map_changed),
+        secrets,
         scaled_objects,
         revisions: w.project(rev_view, revision_changed),
         helm_secrets,
@@ -294,6 +310,61 @@ fn deployment_marks(
         }
         pending.mark(deployment_changed(c));
     })
+}
+
+/// What `SecretAccess` says while listing Secrets is refused.
+pub const SECRETS_DENIED: &str = "listing Secrets is forbidden";
+
+/// The watch of the Secrets workloads may refer to, while `enabled()` (see
+/// [`opt_in::watch`]): every Secret but Helm's release Secrets (large, and read on their
+/// own), each reduced at once to key names and digests ([`config::secret`]). A change
+/// marks the Deployments that refer to it; a refusal, the cluster status.
+fn secrets(
+    client: &Client,
+    enabled: impl Fn() -> bool + Clone + Send + Sync + 'static,
+    access: &Arc<Access>,
+    pending: &Arc<Pending>,
+) -> (Projections<ConfigView>, BoxFuture<'static, ()>) {
+    let on_refusal = {
+        let (access, pending) = (access.clone(), pending.clone());
+        move |refused: bool| {
+            if access.watch_refused(refused) {
+                pending.mark(Mark::cluster());
+            }
+        }
+    };
+    let events = opt_in::watch(
+        Api::<Secret>::all(client.clone()),
+        watch_config().fields("type!=helm.sh/release.v1"),
+        "Secrets",
+        enabled,
+        on_refusal,
+    )
+    .map(|e| e.map(all_valid))
+    .boxed();
+    let pending = pending.clone();
+    projections_with(
+        events,
+        config::secret,
+        Box::new(move |c| pending.mark(config_changed(config::SECRET, c))),
+    )
+}
+
+/// A ConfigMap whose content changed: the Deployments that refer to it are measured again
+/// (the rebuild finds them). Its first listing marks nothing: a full rebuild follows it.
+fn config_map_changed(c: Change<'_, ConfigView>) -> Mark {
+    config_changed(config::CONFIG_MAP, c)
+}
+
+/// A ConfigMap or Secret (`kind`) whose content changed.
+fn config_changed(kind: &str, c: Change<'_, ConfigView>) -> Mark {
+    match c {
+        Change::Object { key, .. } => Mark {
+            config: Some((key.0.clone(), format!("{kind}/{}", key.1))),
+            ..Mark::none()
+        },
+        Change::Synced => Mark::none(),
+    }
 }
 
 /// A WorkloadRevision Moonin did not write is reported when its namespace is rebuilt.

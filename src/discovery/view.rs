@@ -142,6 +142,9 @@ pub struct DeploymentView {
     /// ConfigMaps and Secrets the template refers to, as `ConfigMap/<name>` or
     /// `Secret/<name>`, sorted (names only: never data).
     pub config_refs: Vec<String>,
+    /// What those ConfigMaps and Secrets hold: empty in the watch's projection, filled in
+    /// by the revision recorder (a baseline measures their data too).
+    pub configs: Vec<super::config::ConfigState>,
     /// `deployment.kubernetes.io/revision`.
     pub revision: Option<i64>,
     /// `spec.selector.matchLabels` (an expression selector is reduced to its labels).
@@ -223,6 +226,7 @@ pub fn deployment(d: &Deployment) -> DeploymentView {
         updated: status.and_then(|s| s.updated_replicas).unwrap_or(0),
         images: template.map(images).unwrap_or_default(),
         config_refs: template.map(config_refs).unwrap_or_default(),
+        configs: Vec::new(),
         revision: d
             .annotations()
             .get("deployment.kubernetes.io/revision")

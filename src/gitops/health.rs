@@ -364,7 +364,8 @@ const SANDBOX_CLAIM: KindHealth = KindHealth {
 const CLUSTER_DISCOVERY: KindHealth = KindHealth {
     kind: "ClusterDiscovery",
     about: "Reads what the discovery controller writes (src/discovery/controller.rs): \
-            conditions Ready, ApiReachable, InventoryComplete, HelmAccess and Truncated.",
+            conditions Ready, ApiReachable, InventoryComplete, HelmAccess, SecretAccess and \
+            Truncated.",
     rules: &[
         UNOBSERVED,
         STALLED,
@@ -387,6 +388,16 @@ const CLUSTER_DISCOVERY: KindHealth = KindHealth {
                 text: Text::Own,
             },
             "the opt-in Helm role is missing",
+        ),
+        rule(
+            Step::Condition {
+                type_: "SecretAccess",
+                status: false,
+                spec: &["secretChanges", "enabled"],
+                health: Health::Degraded,
+                text: Text::Own,
+            },
+            "the opt-in Secrets role is missing",
         ),
         READY_MISSING,
         rule(Step::ReadyFalseFor(&[common::INVALID_SPEC]), ""),

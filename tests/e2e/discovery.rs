@@ -24,12 +24,12 @@ use crate::require_cluster;
 use crate::scaling::Rig;
 
 /// The cluster's one ClusterDiscovery, removed (with every inventory it owns) on drop.
-struct Discovery {
+pub(crate) struct Discovery {
     client: Client,
 }
 
 impl Discovery {
-    async fn create(client: &Client, helm: bool) -> Self {
+    pub(crate) async fn create(client: &Client, helm: bool) -> Self {
         let api: Api<ClusterDiscovery> = Api::all(client.clone());
         let _ = api.delete("cluster", &DeleteParams::default()).await;
         wait_for(
@@ -65,7 +65,12 @@ impl Discovery {
 
 impl Discovery {
     /// Waits until the status has condition `type_` with `status`, returning the status.
-    async fn wait_condition(&self, type_: &str, status: &str, within: Duration) -> Value {
+    pub(crate) async fn wait_condition(
+        &self,
+        type_: &str,
+        status: &str,
+        within: Duration,
+    ) -> Value {
         wait_for(&format!("{type_}={status}"), within, || async {
             let s = self.status().await;
             s["conditions"]
@@ -93,7 +98,11 @@ impl Drop for Discovery {
 }
 
 /// Waits until the inventory satisfies `check`, returning it.
-async fn inventory_where(rig: &Rig, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+pub(crate) async fn inventory_where(
+    rig: &Rig,
+    what: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
     let api: Api<NamespaceInventory> = Api::namespaced(rig.client.clone(), rig.ns());
     wait_for(what, Duration::from_secs(40), || async {
         let i = api.get_opt("inventory").await.ok()??;
@@ -103,7 +112,31 @@ async fn inventory_where(rig: &Rig, what: &str, check: impl Fn(&Value) -> bool) 
     .await
 }
 
-fn entry<'a>(inv: &'a Value, list: &str, name: &str) -> Option<&'a Value> {
+/// Everything Moonin publishes in namespace `ns` and cluster-wide (inventories, revisions,
+/// the ClusterDiscovery, every Event), as JSON text: what a leak test searches.
+pub(crate) async fn published(client: &Client, ns: &str) -> String {
+    let mut text = String::new();
+    for kind in ["NamespaceInventory", "WorkloadRevision"] {
+        let api = crate::harness::moonin_api(client, kind, ns);
+        for o in api.list(&ListParams::default()).await.expect("list").items {
+            text.push_str(&serde_json::to_string(&o).expect("json"));
+        }
+    }
+    let cds: Api<ClusterDiscovery> = Api::all(client.clone());
+    text.push_str(&serde_json::to_string(&cds.get("cluster").await.expect("cd")).expect("json"));
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    for e in events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+    {
+        text.push_str(&serde_json::to_string(&e).expect("json"));
+    }
+    text
+}
+
+pub(crate) fn entry<'a>(inv: &'a Value, list: &str, name: &str) -> Option<&'a Value> {
     inv[list].as_array()?.iter().find(|d| d["name"] == name)
 }
 
@@ -159,7 +192,7 @@ async fn apply_image(rig: &Rig, manager: &str, name: &str, image: &str, spec: Va
         .unwrap_or_else(|e| panic!("applying {name} with {image}: {e}"));
 }
 
-async fn revisions(rig: &Rig, workload: &str) -> Vec<WorkloadRevision> {
+pub(crate) async fn revisions(rig: &Rig, workload: &str) -> Vec<WorkloadRevision> {
     let api: Api<WorkloadRevision> = Api::namespaced(rig.client.clone(), rig.ns());
     api.list(&ListParams::default())
         .await
@@ -835,25 +868,7 @@ async fn helm_releases_are_published_sanitised_and_the_password_goes_nowhere() {
         .await;
 
     // The password is in no Moonin object, no Event and no log line.
-    let mut published = String::new();
-    for kind in ["NamespaceInventory", "WorkloadRevision"] {
-        let api = crate::harness::moonin_api(&client, kind, rig.ns());
-        for o in api.list(&ListParams::default()).await.expect("list").items {
-            published.push_str(&serde_json::to_string(&o).expect("json"));
-        }
-    }
-    let cds: Api<ClusterDiscovery> = Api::all(client.clone());
-    published
-        .push_str(&serde_json::to_string(&cds.get("cluster").await.expect("cd")).expect("json"));
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
-    for e in events
-        .list(&ListParams::default())
-        .await
-        .expect("events")
-        .items
-    {
-        published.push_str(&serde_json::to_string(&e).expect("json"));
-    }
+    let published = published(&client, rig.ns()).await;
     let log = std::fs::read_to_string(&rig.manager.as_ref().expect("manager").log).expect("log");
     assert!(!log.is_empty());
     for (what, text) in [

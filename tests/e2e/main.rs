@@ -11,6 +11,7 @@ mod chart;
 #[path = "../common/mod.rs"]
 mod common;
 mod discovery;
+mod discovery_config;
 mod foundation;
 mod gitops;
 mod harness;

@@ -4,12 +4,14 @@
 -- stale). e2e/argocd-health runs it over config/argocd/testdata/ClusterDiscovery/.
 --
 -- Reads what the discovery controller writes (src/discovery/controller.rs): conditions Ready,
--- ApiReachable, InventoryComplete, HelmAccess and Truncated.
+-- ApiReachable, InventoryComplete, HelmAccess, SecretAccess and Truncated.
 --   status absent, or observedGeneration behind metadata.generation -> Progressing
 --   Stalled=True                                                    -> Degraded
 --   ApiReachable=False (discovery cannot read the cluster)          -> Degraded
 --   HelmAccess=False while spec.helm.enabled (the opt-in Helm role
 --     is missing)                                                   -> Degraded
+--   SecretAccess=False while spec.secretChanges.enabled (the opt-in
+--     Secrets role is missing)                                      -> Degraded
 --   no Ready condition                                              -> Progressing
 --   Ready=False/InvalidSpec                                         -> Degraded
 --   Ready not True                                                  -> Progressing
@@ -88,6 +90,10 @@ end
 local helm_access = condition(obj.status, "HelmAccess")
 if spec_true(obj, "helm", "enabled") and helm_access ~= nil and helm_access.status == "False" then
   return { status = "Degraded", message = text(helm_access) }
+end
+local secret_access = condition(obj.status, "SecretAccess")
+if spec_true(obj, "secretChanges", "enabled") and secret_access ~= nil and secret_access.status == "False" then
+  return { status = "Degraded", message = text(secret_access) }
 end
 local ready = condition(obj.status, "Ready")
 if ready == nil then

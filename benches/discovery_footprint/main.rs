@@ -78,9 +78,8 @@ const VERBS: [&str; 7] = [
     "list", "watch", "get", "create", "patch", "update", "delete",
 ];
 /// Kinds the discovery controller may write after a Deployment changed.
-const CHANGE_KINDS: [&str; 5] = [
+const CHANGE_KINDS: [&str; 4] = [
     "NamespaceInventory",
-    "NamespaceInventory/status",
     "WorkloadRevision",
     "WorkloadRevision/status",
     "ClusterDiscovery/status",

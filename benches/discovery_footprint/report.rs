@@ -353,8 +353,8 @@ fn print_changes(m: &MooninResult) {
         listing(&c.inventories_elsewhere.iter().cloned().collect::<Vec<_>>())
     );
     println!(
-        "- NamespaceInventory/status writes: {} for {} touched namespaces (a rollout changes replica counts several times, each a rebuild after {} ms of quiet)",
-        num(c.writes.write("NamespaceInventory/status")),
+        "- NamespaceInventory writes: {} for {} touched namespaces (a rollout changes replica counts several times, each a rebuild after {} ms of quiet)",
+        num(c.writes.write("NamespaceInventory")),
         touched.len(),
         500
     );

@@ -234,7 +234,8 @@ pub struct Totals {
 }
 
 /// The inventory of one namespace. Published by discovery, named `inventory` (split parts:
-/// `inventory-1`, `inventory-2`, …), owned by the `ClusterDiscovery`.
+/// `inventory-1`, `inventory-2`, …), owned by the `ClusterDiscovery`. A report, written only
+/// by discovery: it has no status subresource, so one write creates or updates it whole.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "moonin.io",
@@ -272,7 +273,8 @@ fn one_part() -> i32 {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct NamespaceInventoryStatus {
-    /// The generation of the spec this status describes.
+    /// Not set: with no status subresource, every write moves the generation (earlier
+    /// versions set it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Counts of what this part holds.

@@ -413,24 +413,26 @@ fn digest(status: &impl serde::Serialize) -> u64 {
     h.finish()
 }
 
-/// The name of part `i`: `inventory`, `inventory-1`, …
-/// One part's write.
+/// One part's write: the whole object (a NamespaceInventory has no status subresource, so
+/// one server-side apply creates or updates it, spec and status together).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartWrite {
     /// The part's name.
     pub name: String,
     /// The key of its digest.
     key: (String, i32),
-    /// Whether its spec (part numbers, owner) is to be applied: it is new, or its numbers
-    /// changed.
+    /// Whether its spec (part numbers, owner) changes: it is new, or its numbers changed.
     pub spec: bool,
-    /// Its status, unless it says what the stored part says (conditions' times aside) or
-    /// what was last written.
-    pub status: Option<NamespaceInventoryStatus>,
+    /// Its status.
+    pub status: NamespaceInventoryStatus,
+    /// Whether to write it: its spec changes, or its status says something other than what
+    /// the stored part says (conditions' times aside) and what was last written.
+    pub write: bool,
 }
 
 /// The writes of an inventory split into `parts`, given the stored parts (`existing`) and
-/// what was last written.
+/// what was last written. A part carries no `observedGeneration`: without a status
+/// subresource every write moves the generation, so none could say it is current.
 pub fn plan_parts(
     ns: &str,
     parts: Vec<NamespaceInventoryStatus>,
@@ -450,13 +452,8 @@ pub fn plan_parts(
             .as_ref()
             .and_then(|e| e.status.clone())
             .unwrap_or_default();
-        part.observed_generation = existing.as_ref().and_then(|e| e.metadata.generation);
-        part.conditions = conditions::merge(
-            &current.conditions,
-            &part_conditions(i, n),
-            part.observed_generation,
-            now,
-        );
+        part.observed_generation = None;
+        part.conditions = conditions::merge(&current.conditions, &part_conditions(i, n), None, now);
         let key = (ns.to_string(), i as i32);
         let same = conditions::same_status(&current, &part, |st| &mut st.conditions)
             || written.unchanged(&key, &part);
@@ -464,7 +461,8 @@ pub fn plan_parts(
             name,
             key,
             spec: !spec_ok,
-            status: (!same).then_some(part),
+            write: !spec_ok || !same,
+            status: part,
         });
     }
     writes
@@ -522,51 +520,33 @@ pub async fn write(
     };
     let api: Api<NamespaceInventory> = Api::namespaced(shared.client.clone(), ns);
     let pp = PatchParams::apply(field_manager::DISCOVERY).force();
-    for (i, mut part) in plan_parts(ns, parts, existing, written, now)
+    for (i, part) in plan_parts(ns, parts, existing, written, now)
         .into_iter()
         .enumerate()
     {
-        if part.spec {
-            let body = json!({
-                "apiVersion": "moonin.io/v1alpha1",
-                "kind": "NamespaceInventory",
-                "metadata": {
-                    "name": part.name,
-                    "namespace": ns,
-                    "ownerReferences": [{
-                        "apiVersion": "moonin.io/v1alpha1",
-                        "kind": "ClusterDiscovery",
-                        "name": cd.name_any(),
-                        "uid": cd.uid().unwrap_or_default(),
-                    }],
-                },
-                "spec": {"part": i, "parts": n},
-            });
-            shared.ctx.metrics.wrote(CONTROLLER, "NamespaceInventory");
-            let applied = api.patch(&part.name, &pp, &Patch::Apply(&body)).await?;
-            // A part just created is not in the store yet: its status describes the
-            // generation the API server answered with, or the next process writes it again.
-            if let Some(status) = part.status.as_mut() {
-                let generation = applied.metadata.generation;
-                status.observed_generation = generation;
-                for c in &mut status.conditions {
-                    c.observed_generation = generation;
-                }
-            }
+        if !part.write {
+            continue;
         }
-        let Some(status) = part.status else { continue };
+        // Always the whole object: a field left out of an apply is a field given up.
         let body = json!({
             "apiVersion": "moonin.io/v1alpha1",
             "kind": "NamespaceInventory",
-            "status": status,
+            "metadata": {
+                "name": part.name,
+                "namespace": ns,
+                "ownerReferences": [{
+                    "apiVersion": "moonin.io/v1alpha1",
+                    "kind": "ClusterDiscovery",
+                    "name": cd.name_any(),
+                    "uid": cd.uid().unwrap_or_default(),
+                }],
+            },
+            "spec": {"part": i, "parts": n},
+            "status": part.status,
         });
-        shared
-            .ctx
-            .metrics
-            .wrote(CONTROLLER, "NamespaceInventory/status");
-        api.patch_status(&part.name, &pp, &Patch::Apply(&body))
-            .await?;
-        written.written(part.key, &status);
+        shared.ctx.metrics.wrote(CONTROLLER, "NamespaceInventory");
+        api.patch(&part.name, &pp, &Patch::Apply(&body)).await?;
+        written.written(part.key, &part.status);
     }
     delete_parts(shared, written, ns, n).await?;
     Ok(n)

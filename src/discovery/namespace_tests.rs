@@ -176,10 +176,15 @@ fn only_what_changed_is_written() {
     let first = plan_parts("shop", vec![status.clone()], |_| None, &written, now);
     assert_eq!(first.len(), 1);
     assert_eq!(first[0].name, "inventory");
-    assert!(first[0].spec, "a new part gets its spec");
-    let Some(sent) = first[0].status.clone() else {
-        panic!("a new part gets its status");
-    };
+    assert!(
+        first[0].spec && first[0].write,
+        "a new part is written whole"
+    );
+    let sent = first[0].status.clone();
+    assert_eq!(
+        sent.observed_generation, None,
+        "no status subresource: no generation"
+    );
 
     // Stored as written: nothing to write, whatever the time.
     let existing = stored(sent.clone(), 0, 1);
@@ -191,13 +196,17 @@ fn only_what_changed_is_written() {
         &written,
         later,
     );
-    assert_eq!((again[0].spec, again[0].status.is_some()), (false, false));
+    assert_eq!((again[0].spec, again[0].write), (false, false));
 
     // The store has not caught up with the last write yet: not written twice.
     let mut written = WrittenDigests::default();
     written.written(first[0].key.clone(), &sent);
     let behind = plan_parts("shop", vec![status.clone()], |_| None, &written, now);
-    assert_eq!((behind[0].spec, behind[0].status.is_some()), (true, false));
+    assert_eq!(
+        (behind[0].spec, behind[0].write),
+        (true, true),
+        "not in the store yet: written again, spec and status together"
+    );
 
     // Split in two: both parts say so.
     let parts = plan_parts(
@@ -212,8 +221,9 @@ fn only_what_changed_is_written() {
         .map(|p| {
             let c = p
                 .status
-                .as_ref()
-                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Truncated"))
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Truncated")
                 .map(|c| c.message.clone())
                 .unwrap_or_default();
             (p.name.clone(), p.spec, c)

@@ -217,15 +217,27 @@ async fn inventory_revisions_cron_runs_and_hazards() {
         entry(v, "deployments", "web").is_some() && entry(v, "deployments", "api").is_some()
     })
     .await;
-    // Its status describes the generation it was created with: a restart has nothing to
-    // correct.
+    // One write made it, spec and status together (no status subresource), and its status
+    // claims no generation: a restart has nothing to correct.
     let created = Api::<NamespaceInventory>::namespaced(client.clone(), rig.ns())
         .get("inventory")
         .await
         .expect("inventory");
     assert_eq!(
         created.status.as_ref().and_then(|s| s.observed_generation),
-        created.metadata.generation
+        None
+    );
+    let managers: Vec<(Option<String>, Option<String>)> = created
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|m| (m.manager.clone(), m.subresource.clone()))
+        .collect();
+    assert_eq!(
+        managers,
+        [(Some("moonin-discovery".to_string()), None)],
+        "one manager, no /status writes"
     );
     for d in rig
         .deployments()
@@ -1209,7 +1221,7 @@ impl RefuseInventories {
                 "matchConstraints": {"resourceRules": [{
                     "apiGroups": ["moonin.io"], "apiVersions": ["*"],
                     "operations": ["CREATE", "UPDATE"],
-                    "resources": ["namespaceinventories", "namespaceinventories/status"]
+                    "resources": ["namespaceinventories"]
                 }]},
                 "validations": [{"expression": "false", "message": "e2e refuses inventories here"}]
             }

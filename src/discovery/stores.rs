@@ -30,7 +30,7 @@ use super::{
 };
 use crate::api::discovery::{ClusterDiscovery, NamespaceInventory};
 use crate::api::{field_manager, keda::ScaledObject};
-use crate::runtime::cache;
+use crate::runtime::{cache, lists::InitialList};
 
 /// A ReplicaSet, reduced to its owning Deployment.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,10 +141,6 @@ pub fn in_charge(all: &[Arc<ClusterDiscovery>]) -> Option<Arc<ClusterDiscovery>>
         .cloned()
 }
 
-fn watch_config() -> watcher::Config {
-    watcher::Config::default().page_size(500)
-}
-
 /// Starts the watch of every kind discovery reads: the stores, and the futures that drive
 /// them (poll them as long as the stores are used). Changes go to `pending`; a deleted
 /// Deployment's baseline is forgotten.
@@ -158,6 +154,7 @@ pub async fn watch(
     let mut w = Watches {
         client,
         pending,
+        config: InitialList::probe(client).await.config(),
         drives: Vec::new(),
     };
     let scaled_objects = if cache::installed::<ScaledObject>(client).await {
@@ -170,19 +167,19 @@ pub async fn watch(
     };
     let deployments = w.keep(projections(
         client.clone(),
-        watch_config(),
+        w.config.clone(),
         |d: &Deployment| Arc::new(view::deployment(d)),
         deployment_marks(pending, baselines),
     ));
     let inventories = w.keep(cache::cache(
         client.clone(),
-        watch_config(),
+        w.config.clone(),
         |i: &mut NamespaceInventory| cache::strip_last_applied(&mut i.metadata),
         vec![trigger(pending, inventory_changed)],
     ));
     let discoveries = w.keep(cache::cache(
         client.clone(),
-        watch_config(),
+        w.config.clone(),
         |d: &mut ClusterDiscovery| cache::strip_last_applied(&mut d.metadata),
         vec![trigger(pending, |_| Mark::cluster())],
     ));
@@ -200,7 +197,13 @@ pub async fn watch(
         let discoveries = discoveries.clone();
         move || in_charge(&discoveries.state()).is_some_and(|cd| cd.spec.secret_changes.enabled)
     };
-    let secrets = w.keep(secrets(client, secrets_enabled, secret_access, pending));
+    let secrets = w.keep(secrets(
+        client,
+        w.config.clone(),
+        secrets_enabled,
+        secret_access,
+        pending,
+    ));
     let stores = Stores {
         nodes: w.project(view::node, cluster_wide),
         namespaces: w.project(namespace_view, namespace_changed),
@@ -225,6 +228,8 @@ pub async fn watch(
 struct Watches<'a> {
     client: &'a Client,
     pending: &'a Arc<Pending>,
+    /// How each watch starts ([`InitialList`]).
+    config: watcher::Config,
     drives: Vec<BoxFuture<'static, ()>>,
 }
 
@@ -249,7 +254,7 @@ impl Watches<'_> {
         let on_change: OnChange<V> = Box::new(move |c| pending.mark(mark(c)));
         self.keep(projections(
             self.client.clone(),
-            watch_config(),
+            self.config.clone(),
             project,
             on_change,
         ))
@@ -321,6 +326,7 @@ pub const SECRETS_DENIED: &str = "listing Secrets is forbidden";
 /// marks the Deployments that refer to it; a refusal, the cluster status.
 fn secrets(
     client: &Client,
+    config: watcher::Config,
     enabled: impl Fn() -> bool + Clone + Send + Sync + 'static,
     access: &Arc<Access>,
     pending: &Arc<Pending>,
@@ -335,7 +341,7 @@ fn secrets(
     };
     let events = opt_in::watch(
         Api::<Secret>::all(client.clone()),
-        watch_config().fields("type!=helm.sh/release.v1"),
+        config.fields("type!=helm.sh/release.v1"),
         "Secrets",
         enabled,
         on_refusal,

@@ -13,6 +13,7 @@ pub mod errors;
 pub mod events;
 pub mod invalid;
 pub mod leader;
+pub mod lists;
 pub mod metrics;
 
 /// How logs and backoff keys name an object: `Kind namespace/name` (`Kind name` when

@@ -7,13 +7,15 @@
 //! revision records of changed Deployments ([`record`], deciding with [`revision`], and
 //! following each rollout to its outcome with [`rollout`]), each changed namespace's
 //! inventory ([`namespace`], with [`inventory`], [`signals`], the [`suspect`] change of a
-//! failing workload and the autoscaling [`policy`]) and the cluster status ([`status`], with
+//! failing workload, the autoscaling [`policy`], the Services, Ingresses and NetworkPolicies
+//! of [`network`] and the RBAC summary of [`rbac`]) and the cluster status ([`status`], with
 //! [`cluster`]), writing only what differs; the leader renews a heartbeat Lease
 //! ([`heartbeat`]). Helm release Secrets are watched metadata-only and decoded one at a time
 //! ([`helm_secrets`]) by the sanitiser ([`helm`]), and never kept.
 
 pub mod baselines;
 pub mod cluster;
+pub mod connections;
 pub mod controller;
 pub mod dirty;
 pub mod errors;
@@ -24,8 +26,10 @@ pub mod index;
 pub mod inventory;
 pub mod names;
 pub mod namespace;
+pub mod network;
 pub mod policy;
 pub mod progress;
+pub mod rbac;
 pub mod rebuild;
 pub mod record;
 pub mod revision;

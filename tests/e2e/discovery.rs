@@ -24,12 +24,12 @@ use crate::require_cluster;
 use crate::scaling::Rig;
 
 /// The cluster's one ClusterDiscovery, removed (with every inventory it owns) on drop.
-struct Discovery {
+pub(crate) struct Discovery {
     client: Client,
 }
 
 impl Discovery {
-    async fn create(client: &Client, helm: bool) -> Self {
+    pub(crate) async fn create(client: &Client, helm: bool) -> Self {
         let api: Api<ClusterDiscovery> = Api::all(client.clone());
         let _ = api.delete("cluster", &DeleteParams::default()).await;
         wait_for(
@@ -93,7 +93,11 @@ impl Drop for Discovery {
 }
 
 /// Waits until the inventory satisfies `check`, returning it.
-async fn inventory_where(rig: &Rig, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+pub(crate) async fn inventory_where(
+    rig: &Rig,
+    what: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
     let api: Api<NamespaceInventory> = Api::namespaced(rig.client.clone(), rig.ns());
     wait_for(what, Duration::from_secs(40), || async {
         let i = api.get_opt("inventory").await.ok()??;
@@ -103,11 +107,11 @@ async fn inventory_where(rig: &Rig, what: &str, check: impl Fn(&Value) -> bool) 
     .await
 }
 
-fn entry<'a>(inv: &'a Value, list: &str, name: &str) -> Option<&'a Value> {
+pub(crate) fn entry<'a>(inv: &'a Value, list: &str, name: &str) -> Option<&'a Value> {
     inv[list].as_array()?.iter().find(|d| d["name"] == name)
 }
 
-async fn deployment(rig: &Rig, name: &str, image: &str, labels: Value) {
+pub(crate) async fn deployment(rig: &Rig, name: &str, image: &str, labels: Value) {
     let d: Deployment = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": labels.clone()},
         "spec": {

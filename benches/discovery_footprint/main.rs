@@ -1,6 +1,6 @@
 //! Discovery footprint (reported in the README's "Discovery"): `moonin run --controllers
-//! discovery` on a kwok cluster of N fake Nodes, K Deployments and K × R Pods, one Service per
-//! Deployment and one Ingress per ten Deployments, and
+//! discovery` on a kwok cluster of N fake Nodes, K Deployments and K × R Pods, one (headless)
+//! Service per Deployment and one Ingress per ten Deployments, and
 //! kube-state-metrics (built from its Go module by `e2e/kube-state-metrics`) on the same
 //! cluster, one after the other.
 //!

@@ -116,12 +116,16 @@ pub fn deployment(p: &Params, i: usize) -> Deployment {
 /// ratio: most Services are internal).
 pub const DEPLOYMENTS_PER_INGRESS: usize = 10;
 
-/// The Service in front of Deployment `i`: same name, selecting its Pods.
+/// The Service in front of Deployment `i`: same name, selecting its Pods. Headless
+/// (`clusterIP: None`): the local control plane's Service range (the API server's default,
+/// 10.0.0.0/24) holds 254 cluster IPs, and the object both systems watch is the same but
+/// for that one field.
 pub fn service(p: &Params, i: usize) -> Service {
     let (name, ns, _) = placement(p, i);
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": ns, "labels": labels()},
         "spec": {
+            "clusterIP": "None",
             "selector": {"app": name},
             "ports": [{"name": "http", "port": 80, "targetPort": "http"}]
         }

@@ -7,7 +7,7 @@
 //! `matchExpressions` operators); an operator Moonin does not know selects nothing, so no
 //! isolation is claimed that the API server might not enforce.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use k8s_openapi::api::{
     core::v1::Service,
@@ -27,8 +27,8 @@ pub struct ServiceView {
     pub name: String,
     /// `spec.type` (`ClusterIP` when unset).
     pub type_: Box<str>,
-    /// `spec.selector`; `None` when it has none (or an empty one): its endpoints are not
-    /// the Pods of a selector.
+    /// `spec.selector`; `None` when it has none (or an empty one), or is an ExternalName:
+    /// its endpoints are not the Pods of a selector.
     pub selector: Option<Labels>,
     /// Ports as the inventory shows them, joined by `,`.
     pub ports: Box<str>,
@@ -62,7 +62,9 @@ pub fn service(s: &Service) -> ServiceView {
             .and_then(|s| s.type_.as_deref())
             .unwrap_or("ClusterIP")
             .into(),
+        // An ExternalName Service's selector selects nothing: it is a DNS name.
         selector: spec
+            .filter(|s| s.type_.as_deref() != Some("ExternalName"))
             .and_then(|s| s.selector.as_ref())
             .filter(|m| !m.is_empty())
             .map(Labels::from),
@@ -274,17 +276,28 @@ pub fn network_policy(p: &NetworkPolicy) -> NetworkPolicyView {
 /// The Services of a namespace: the Deployments each fronts, and `ServiceSelectsNothing`
 /// for one with a selector that matches no Deployment's Pod template and no Pod. Sorted by
 /// name.
+///
+/// A namespace with thousands of Deployments and as many Services stays linear: each
+/// selector is checked only against the Deployments carrying its first label.
 pub fn service_entries(
     services: &[ServiceView],
     deployments: &[&DeploymentView],
     pods: &[&PodView],
 ) -> Vec<ServiceEntry> {
+    let mut by_label: HashMap<(&str, &str), Vec<&DeploymentView>> = HashMap::new();
+    for d in deployments {
+        for pair in d.template_labels.pairs() {
+            by_label.entry(pair).or_default().push(d);
+        }
+    }
     let mut out: Vec<ServiceEntry> = services
         .iter()
         .map(|s| {
             let fronts: Vec<String> = s.selector.as_ref().map_or(Vec::new(), |sel| {
-                deployments
-                    .iter()
+                let candidates = sel.pairs().next().and_then(|first| by_label.get(&first));
+                candidates
+                    .into_iter()
+                    .flatten()
                     .filter(|d| subset(sel, &d.template_labels))
                     .map(|d| d.name.clone())
                     .collect()
@@ -386,12 +399,14 @@ pub fn annotate_deployments(
     services: &[ServiceEntry],
     policies: &[NetworkPolicyView],
 ) {
+    let mut fronted: HashMap<&str, Vec<String>> = HashMap::new();
+    for s in services {
+        for d in &s.deployments {
+            fronted.entry(d).or_default().push(s.name.clone());
+        }
+    }
     for e in entries {
-        e.services = services
-            .iter()
-            .filter(|s| s.deployments.contains(&e.name))
-            .map(|s| s.name.clone())
-            .collect();
+        e.services = fronted.remove(e.name.as_str()).unwrap_or_default();
         let Some(d) = deployments.iter().find(|d| d.name == e.name) else {
             continue;
         };

@@ -66,13 +66,19 @@ fn a_service_is_projected_with_its_type_selector_and_ports() {
     // No selector, or an empty one: not the Pods of a selector.
     let external: Service = serde_json::from_value(json!({
         "metadata": {"name": "db"},
-        "spec": {"type": "ExternalName", "externalName": "db.example", "selector": {}}
+        "spec": {"type": "ExternalName", "externalName": "db.example", "selector": {"app": "db"}}
     }))
     .unwrap();
     let v = service(&external);
     assert_eq!(v.selector, None);
     assert_eq!(&*v.type_, "ExternalName");
     assert_eq!(&*v.ports, "");
+    let empty: Service = serde_json::from_value(json!({
+        "metadata": {"name": "manual"},
+        "spec": {"selector": {}, "ports": [{"port": 5432}]}
+    }))
+    .unwrap();
+    assert_eq!(service(&empty).selector, None);
 }
 
 #[test]
@@ -276,4 +282,38 @@ fn policies_select_deployments_and_isolate_them() {
     // No policy: nothing isolated.
     annotate_deployments(&mut rows, &ds, &services, &[]);
     assert!(rows.iter().all(|r| r.isolation.is_empty()));
+}
+
+#[test]
+fn a_namespace_of_thousands_matches_each_service_to_its_deployment() {
+    let ds: Vec<DeploymentView> = (0..3000)
+        .map(|i| {
+            deployment(
+                &format!("d-{i:04}"),
+                &[("app", &format!("d-{i:04}")), ("tier", "web")],
+            )
+        })
+        .collect();
+    let refs: Vec<&DeploymentView> = ds.iter().collect();
+    let services: Vec<ServiceView> = (0..3000)
+        .map(|i| svc(&format!("d-{i:04}"), Some(&[("app", &format!("d-{i:04}"))])))
+        .chain([svc("all-web", Some(&[("tier", "web")]))])
+        .collect();
+    let entries = service_entries(&services, &refs, &[]);
+    assert_eq!(entries.len(), 3001);
+    assert_eq!(entries[0].deployments.len(), 3000, "{}", entries[0].name);
+    assert!(
+        entries[1..]
+            .iter()
+            .all(|e| e.deployments == [e.name.clone()])
+    );
+    let mut rows: Vec<DeploymentEntry> = ds
+        .iter()
+        .map(|d| DeploymentEntry {
+            name: d.name.clone(),
+            ..Default::default()
+        })
+        .collect();
+    annotate_deployments(&mut rows, &refs, &entries, &[]);
+    assert_eq!(rows[7].services, ["all-web", "d-0007"]);
 }

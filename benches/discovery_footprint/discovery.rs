@@ -99,6 +99,8 @@ pub struct MooninResult {
     /// What the ClusterDiscovery status counted when warm: (Nodes in node groups,
     /// Deployments, namespaces).
     pub seen: (i64, i64, i64),
+    /// Services and Ingresses the benchmark's inventories counted when warm.
+    pub connections_seen: (i64, i64),
     pub settle_secs: f64,
     /// The counters once settled after warm-up (from the process start).
     pub settled_scrape: Scrape,
@@ -210,6 +212,26 @@ async fn inventory_versions(client: &Client) -> Result<BTreeMap<(String, String)
             )
         })
         .collect())
+}
+
+/// The Services and Ingresses the inventories of `namespaces` count (all parts).
+async fn connections_seen(
+    client: &Client,
+    namespaces: &BTreeSet<String>,
+) -> Result<(i64, i64), String> {
+    let api: Api<NamespaceInventory> = Api::all(client.clone());
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| format!("listing NamespaceInventories: {e}"))?;
+    let summaries = list
+        .items
+        .iter()
+        .filter(|i| namespaces.contains(&i.namespace().unwrap_or_default()))
+        .filter_map(|i| i.status.as_ref()?.summary.as_ref());
+    Ok(summaries.fold((0, 0), |(s, i), sum| {
+        (s + i64::from(sum.services), i + i64::from(sum.ingresses))
+    }))
 }
 
 /// Runs a manager in a namespace of its own, under `config/rbac` (and the Helm role with
@@ -386,6 +408,7 @@ impl Run<'_> {
                         totals.map_or(0, |t| i64::from(t.deployments)),
                         totals.map_or(0, |t| i64::from(t.namespaces)),
                     );
+                    r.connections_seen = connections_seen(self.client, &bench_namespaces).await?;
                     break;
                 }
             }

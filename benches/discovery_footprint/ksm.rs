@@ -33,12 +33,14 @@ pub struct KsmResult {
     /// and stored).
     pub warm_secs: f64,
     pub warm: Usage,
-    /// Process start → /metrics showing the benchmark's Pods, Deployments and Nodes.
+    /// Process start → /metrics showing the benchmark's Pods, Deployments, Nodes, Services
+    /// and Ingresses.
     pub confirmed_secs: f64,
     /// After the /metrics scrapes that confirmed it.
     pub after_scrape: Usage,
-    /// kube_node_info, kube_deployment_created, kube_pod_info lines.
-    pub seen: (usize, usize, usize),
+    /// kube_node_info, kube_deployment_created, kube_pod_info, kube_service_info,
+    /// kube_ingress_info lines.
+    pub seen: (usize, usize, usize, usize, usize),
     /// kube_state_metrics_{list,watch}_total until warm, and over the steady window.
     pub warm_lists: f64,
     pub warm_watches: f64,
@@ -297,6 +299,8 @@ async fn confirm(
         "kube_node_info{",
         "kube_deployment_created{",
         "kube_pod_info{",
+        "kube_service_info{",
+        "kube_ingress_info{",
     ];
     loop {
         let counts =
@@ -305,10 +309,12 @@ async fn confirm(
                 .ok()
                 .flatten();
         if let Some(c) = counts {
-            r.seen = (c[0], c[1], c[2]);
+            r.seen = (c[0], c[1], c[2], c[3], c[4]);
             if c[0] >= setup.nodes_ready
                 && c[1] >= setup.deployments_present
                 && c[2] >= setup.pods_running
+                && c[3] >= setup.services_present
+                && c[4] >= setup.ingresses_present
             {
                 r.confirmed_secs = launched.elapsed().as_secs_f64();
                 return;

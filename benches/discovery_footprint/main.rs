@@ -1,5 +1,6 @@
 //! Discovery footprint (reported in the README's "Discovery"): `moonin run --controllers
-//! discovery` on a kwok cluster of N fake Nodes, K Deployments and K × R Pods, and
+//! discovery` on a kwok cluster of N fake Nodes, K Deployments and K × R Pods, one (headless)
+//! Service per Deployment and one Ingress per ten Deployments, and
 //! kube-state-metrics (built from its Go module by `e2e/kube-state-metrics`) on the same
 //! cluster, one after the other.
 //!
@@ -27,7 +28,7 @@
 //! size took 35 minutes to set up on 2 cores (the API server, the controller-manager creating
 //! Pods and kwok running them share the machine); later runs reuse it.
 //!
-//! The setup objects (Nodes, Namespaces, Deployments) carry the label
+//! The setup objects (Nodes, Namespaces, Deployments, Services, Ingresses) carry the label
 //! `moonin.io/bench=discovery-footprint`; a later run reuses what exists and creates only
 //! what is missing. They are kept unless `MOONIN_BENCH_CLEANUP=1`.
 //!

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::{
     apps::v1::Deployment,
-    core::v1::{Namespace, Node},
+    core::v1::{Namespace, Node, Service},
+    networking::v1::Ingress,
 };
 use kube::{Api, Resource, ResourceExt, api::PostParams};
 use serde_json::{Value, json};
@@ -109,6 +110,46 @@ pub fn deployment(p: &Params, i: usize) -> Deployment {
         }
     }))
     .expect("deployment")
+}
+
+/// Deployments per Ingress: one Ingress for every this many Deployments (a realistic
+/// ratio: most Services are internal).
+pub const DEPLOYMENTS_PER_INGRESS: usize = 10;
+
+/// The Service in front of Deployment `i`: same name, selecting its Pods. Headless
+/// (`clusterIP: None`): the local control plane's Service range (the API server's default,
+/// 10.0.0.0/24) holds 254 cluster IPs, and the object both systems watch is the same but
+/// for that one field.
+pub fn service(p: &Params, i: usize) -> Service {
+    let (name, ns, _) = placement(p, i);
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns, "labels": labels()},
+        "spec": {
+            "clusterIP": "None",
+            "selector": {"app": name},
+            "ports": [{"name": "http", "port": 80, "targetPort": "http"}]
+        }
+    }))
+    .expect("service")
+}
+
+/// The Ingress of Deployment `i` (one of every [`DEPLOYMENTS_PER_INGRESS`]): one host,
+/// TLS, routing to its Service.
+pub fn ingress(p: &Params, i: usize) -> Ingress {
+    let (name, ns, _) = placement(p, i);
+    let host = format!("{name}.{ns}.bench.example");
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns, "labels": labels()},
+        "spec": {
+            "tls": [{"hosts": [host], "secretName": format!("{name}-tls")}],
+            "rules": [{"host": host, "http": {"paths": [{
+                "path": "/",
+                "pathType": "Prefix",
+                "backend": {"service": {"name": name, "port": {"name": "http"}}}
+            }]}}]
+        }
+    }))
+    .expect("ingress")
 }
 
 /// Creates `obj`; `Ok(false)` when it exists already. Throttling and server errors are

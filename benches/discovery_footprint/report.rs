@@ -7,6 +7,7 @@ use crate::{
     Params, RSS_GOAL, VERBS,
     discovery::MooninResult,
     ksm::KsmResult,
+    objects::DEPLOYMENTS_PER_INGRESS,
     setup::Setup,
     shared::{
         machine,
@@ -76,6 +77,17 @@ fn print_setup(p: &Params, s: &Setup) {
         p.deployments, s.deployments_present, s.deployments.0, s.deployments.1, s.deployments_secs
     );
     println!(
+        "| Services (one per Deployment) | {} | {} | {} | {} | {:.1} (with the Ingresses) |",
+        p.deployments, s.services_present, s.services.0, s.services.1, s.connections_secs
+    );
+    println!(
+        "| Ingresses (one per {DEPLOYMENTS_PER_INGRESS} Deployments) | {} | {} | {} | {} | — |",
+        p.deployments.div_ceil(DEPLOYMENTS_PER_INGRESS),
+        s.ingresses_present,
+        s.ingresses.0,
+        s.ingresses.1
+    );
+    println!(
         "| Pods Running | {} | {} (of {} seen) | — | — | {:.1} (first create → target){} |",
         p.pods(),
         s.pods_running,
@@ -112,6 +124,7 @@ pub fn print_report(p: &Params, setup: &Setup, m: &Option<MooninResult>, k: &Opt
         m: m.as_ref(),
         k: k.as_ref(),
     };
+    table.seen();
     table.warm_up();
     table.steady_state();
     table.ratio();
@@ -154,8 +167,8 @@ impl Footprint<'_> {
         );
     }
 
-    /// From the process start until warm.
-    fn warm_up(&self) {
+    /// What each system saw of the cluster once warm.
+    fn seen(&self) {
         self.row(
             "cluster seen when warm: Nodes / Deployments / Pods",
             |m| {
@@ -171,6 +184,25 @@ impl Footprint<'_> {
                 )
             },
         );
+        self.row(
+            "Services / Ingresses seen when warm",
+            |m| {
+                format!(
+                    "{} / {} (summed over the benchmark's inventories)",
+                    m.connections_seen.0, m.connections_seen.1
+                )
+            },
+            |k| {
+                format!(
+                    "{} / {} (kube_service_info, kube_ingress_info lines)",
+                    k.seen.3, k.seen.4
+                )
+            },
+        );
+    }
+
+    /// From the process start until warm.
+    fn warm_up(&self) {
         self.row(
             "warm-up time (process start → warm)",
             |m| {

@@ -10,7 +10,8 @@ use std::{
 use futures::{StreamExt, stream};
 use k8s_openapi::api::{
     apps::v1::Deployment,
-    core::v1::{Namespace, Node, Pod, ServiceAccount},
+    core::v1::{Namespace, Node, Pod, Service, ServiceAccount},
+    networking::v1::Ingress,
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -21,7 +22,7 @@ use moonin::api::discovery::ClusterDiscovery;
 
 use crate::{
     CREATE_CONCURRENCY, NODE_PREFIX, NS_PREFIX, POLL, Params, SELECTOR, namespace_name, node_name,
-    objects::{create_all, deployment, namespace, node},
+    objects::{DEPLOYMENTS_PER_INGRESS, create_all, deployment, ingress, namespace, node, service},
     placement,
     shared::{
         report::progress,
@@ -36,6 +37,11 @@ pub struct Setup {
     pub nodes: (usize, usize),
     pub namespaces: (usize, usize),
     pub deployments: (usize, usize),
+    /// One Service per Deployment, one Ingress per ten.
+    pub services: (usize, usize),
+    pub ingresses: (usize, usize),
+    /// Creating the missing Services and Ingresses.
+    pub connections_secs: f64,
     pub nodes_secs: f64,
     pub namespaces_secs: f64,
     pub deployments_secs: f64,
@@ -45,6 +51,8 @@ pub struct Setup {
     /// What the cluster holds at the end of setup.
     pub nodes_ready: usize,
     pub deployments_present: usize,
+    pub services_present: usize,
+    pub ingresses_present: usize,
     pub pods_running: usize,
     pub pods_seen: usize,
     pub timed_out: bool,
@@ -107,7 +115,10 @@ pub async fn setup(client: &Client, p: &Params) -> Result<Setup, String> {
     // Deployments, with a watch counting their Pods.
     let (pods, pod_watch) = watch_pods(client);
     let started = Instant::now();
-    let created = create_deployments(client, p, &wanted, &mut s).await;
+    let mut created = create_deployments(client, p, &wanted, &mut s).await;
+    if created.is_ok() {
+        created = create_connections(client, p, &mut s).await;
+    }
     if let Err(e) = created {
         pod_watch.abort();
         return Err(e);
@@ -118,8 +129,13 @@ pub async fn setup(client: &Client, p: &Params) -> Result<Setup, String> {
     count_present(client, &wanted, &mut s).await?;
     s.total_secs = all_started.elapsed().as_secs_f64();
     progress(&format!(
-        "setup done in {:.1} s: {} Nodes Ready, {} Deployments, {} Pods Running",
-        s.total_secs, s.nodes_ready, s.deployments_present, s.pods_running
+        "setup done in {:.1} s: {} Nodes Ready, {} Deployments, {} Services, {} Ingresses, {} Pods Running",
+        s.total_secs,
+        s.nodes_ready,
+        s.deployments_present,
+        s.services_present,
+        s.ingresses_present,
+        s.pods_running
     ));
     Ok(s)
 }
@@ -268,6 +284,78 @@ async fn create_deployments(
     Ok(())
 }
 
+/// `(namespace, name)` of each object listed.
+fn keys<K: kube::Resource>(
+    items: &[kube::core::PartialObjectMeta<K>],
+) -> BTreeSet<(String, String)> {
+    items
+        .iter()
+        .map(|o| (o.namespace().unwrap_or_default(), o.name_any()))
+        .collect()
+}
+
+/// The Services (one per Deployment) and Ingresses (one per [`DEPLOYMENTS_PER_INGRESS`])
+/// that are missing.
+async fn create_connections(client: &Client, p: &Params, s: &mut Setup) -> Result<(), String> {
+    let started = Instant::now();
+    let lp = ListParams::default().labels(SELECTOR);
+    let services = keys(
+        &Api::<Service>::all(client.clone())
+            .list_metadata(&lp)
+            .await
+            .map_err(|e| format!("listing Services: {e}"))?
+            .items,
+    );
+    let ingresses = keys(
+        &Api::<Ingress>::all(client.clone())
+            .list_metadata(&lp)
+            .await
+            .map_err(|e| format!("listing Ingresses: {e}"))?
+            .items,
+    );
+    let missing = |i: &usize, have: &BTreeSet<(String, String)>| {
+        let (name, ns, _) = placement(p, *i);
+        !have.contains(&(ns, name))
+    };
+    let missing_services: Vec<Service> = (0..p.deployments)
+        .filter(|i| missing(i, &services))
+        .map(|i| service(p, i))
+        .collect();
+    let wanted_ingresses: Vec<usize> = (0..p.deployments)
+        .step_by(DEPLOYMENTS_PER_INGRESS)
+        .collect();
+    let missing_ingresses: Vec<Ingress> = wanted_ingresses
+        .iter()
+        .filter(|i| missing(i, &ingresses))
+        .map(|i| ingress(p, *i))
+        .collect();
+    progress(&format!(
+        "Services: {} of {} exist; Ingresses: {} of {} exist; creating the rest",
+        p.deployments - missing_services.len(),
+        p.deployments,
+        wanted_ingresses.len() - missing_ingresses.len(),
+        wanted_ingresses.len()
+    ));
+    let there = (
+        p.deployments - missing_services.len(),
+        wanted_ingresses.len() - missing_ingresses.len(),
+    );
+    s.services = create_all(
+        |o: &Service| Api::namespaced(client.clone(), &o.namespace().unwrap_or_default()),
+        missing_services,
+    )
+    .await?;
+    s.services.1 += there.0;
+    s.ingresses = create_all(
+        |o: &Ingress| Api::namespaced(client.clone(), &o.namespace().unwrap_or_default()),
+        missing_ingresses,
+    )
+    .await?;
+    s.ingresses.1 += there.1;
+    s.connections_secs = started.elapsed().as_secs_f64();
+    Ok(())
+}
+
 /// Waits until the watch counts every Pod Running (kwok marks them), or for
 /// `MOONIN_BENCH_SETUP_TIMEOUT_SECS`; `started`: the first Deployment create.
 async fn wait_for_pods(p: &Params, pods: &Arc<Mutex<PodCount>>, started: Instant, s: &mut Setup) {
@@ -330,6 +418,19 @@ async fn count_present(client: &Client, wanted: &[String], s: &mut Setup) -> Res
             .len();
     }
     s.deployments_present = present;
+    let lp = ListParams::default().labels(SELECTOR);
+    s.services_present = Api::<Service>::all(client.clone())
+        .list_metadata(&lp)
+        .await
+        .map_err(|e| format!("listing Services: {e}"))?
+        .items
+        .len();
+    s.ingresses_present = Api::<Ingress>::all(client.clone())
+        .list_metadata(&lp)
+        .await
+        .map_err(|e| format!("listing Ingresses: {e}"))?
+        .items
+        .len();
     Ok(())
 }
 

@@ -7,6 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+pub use super::network::{IngressEntry, NetworkPolicyEntry, RoleBindingEntry, ServiceEntry};
+
 /// Turns on discovery for this cluster. One per cluster, usually named `cluster`, kept in git.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
@@ -289,6 +291,19 @@ pub struct NamespaceInventoryStatus {
     /// Helm releases, sanitised.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub helm_releases: Vec<HelmRelease>,
+    /// Services with their type, selector, ports and the Deployments they front.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<ServiceEntry>,
+    /// Ingresses with their hosts, TLS and backends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ingresses: Vec<IngressEntry>,
+    /// NetworkPolicies with the Deployments they select.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_policies: Vec<NetworkPolicyEntry>,
+    /// RoleBindings of the namespace, and ClusterRoleBindings to its ServiceAccounts: which
+    /// role each grants to whom.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub role_bindings: Vec<RoleBindingEntry>,
     /// Distinct images used in the namespace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<String>,
@@ -308,7 +323,20 @@ pub struct InventorySummary {
     pub cron_jobs: i32,
     /// Helm releases.
     pub helm_releases: i32,
-    /// Open error signals.
+    /// Services.
+    #[serde(default)]
+    pub services: i32,
+    /// Ingresses.
+    #[serde(default)]
+    pub ingresses: i32,
+    /// NetworkPolicies.
+    #[serde(default)]
+    pub network_policies: i32,
+    /// RoleBindings and ClusterRoleBindings listed.
+    #[serde(default)]
+    pub role_bindings: i32,
+    /// Open error signals: those of Deployments, CronJobs, Services and Ingresses (RBAC
+    /// hazards are not counted).
     pub error_signals: i32,
 }
 
@@ -339,6 +367,13 @@ pub struct DeploymentEntry {
     /// The Helm release that manages it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm_release: Option<String>,
+    /// The Services that front it (their selector matches its Pod template).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<String>,
+    /// The traffic NetworkPolicies isolate its Pods for: `Ingress`, `Egress`, both, or
+    /// none (everything allowed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub isolation: Vec<String>,
     /// `Healthy`, `Progressing` or `Degraded`.
     #[serde(default)]
     pub health: String,

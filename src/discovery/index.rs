@@ -5,7 +5,7 @@
 //! when it is complete and reports what changed or vanished meanwhile.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     sync::{Arc, RwLock},
 };
 
@@ -151,6 +151,24 @@ impl<V: Clone> Index<V> {
     /// One view.
     pub fn get(&self, ns: &str, name: &str) -> Option<V> {
         self.map.get(&(ns.to_string(), name.to_string())).cloned()
+    }
+
+    /// The views `keep` accepts, with their names.
+    pub fn filtered(&self, keep: impl Fn(&V) -> bool) -> Vec<(String, V)> {
+        self.map
+            .iter()
+            .filter(|(_, v)| keep(v))
+            .map(|(k, v)| (k.1.clone(), v.clone()))
+            .collect()
+    }
+
+    /// The namespaces of the views `keep` accepts.
+    pub fn namespaces_where(&self, keep: impl Fn(&V) -> bool) -> BTreeSet<String> {
+        self.map
+            .iter()
+            .filter(|(_, v)| keep(v))
+            .map(|(k, _)| k.0.clone())
+            .collect()
     }
 
     /// How many views the index holds.

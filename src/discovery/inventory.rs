@@ -13,8 +13,8 @@ use serde::Serialize;
 use super::signals;
 use super::view::{DeploymentView, HpaView, JobView, ScaledObjectView};
 use crate::api::discovery::{
-    CronJobEntry, CronJobRun, DeploymentEntry, HelmRelease, InventorySummary,
-    NamespaceInventoryStatus, WorkloadBaseline,
+    CronJobEntry, CronJobRun, DeploymentEntry, HelmRelease, IngressEntry, InventorySummary,
+    NamespaceInventoryStatus, NetworkPolicyEntry, RoleBindingEntry, ServiceEntry, WorkloadBaseline,
 };
 
 /// The health of a Deployment entry.
@@ -73,14 +73,59 @@ pub fn build(
     status
 }
 
+/// What connects a namespace's workloads and what they may do: its Services, Ingresses,
+/// NetworkPolicies and RBAC bindings, as [`super::network`] and [`super::rbac`] list them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Connections {
+    /// Services.
+    pub services: Vec<ServiceEntry>,
+    /// Ingresses.
+    pub ingresses: Vec<IngressEntry>,
+    /// NetworkPolicies.
+    pub network_policies: Vec<NetworkPolicyEntry>,
+    /// RoleBindings and ClusterRoleBindings.
+    pub role_bindings: Vec<RoleBindingEntry>,
+}
+
+/// [`build`]'s inventory with `connections` added: Services, Ingresses and NetworkPolicies
+/// sorted by name, the bindings in the order given; the summary counts them, and the
+/// signals of Services and Ingresses (failures: traffic is not served) count in
+/// `errorSignals`, the bindings' hazards do not.
+pub fn connect(
+    mut status: NamespaceInventoryStatus,
+    connections: Connections,
+) -> NamespaceInventoryStatus {
+    let Connections {
+        mut services,
+        mut ingresses,
+        mut network_policies,
+        role_bindings,
+    } = connections;
+    services.sort_by(|a, b| a.name.cmp(&b.name));
+    ingresses.sort_by(|a, b| a.name.cmp(&b.name));
+    network_policies.sort_by(|a, b| a.name.cmp(&b.name));
+    status.services = services;
+    status.ingresses = ingresses;
+    status.network_policies = network_policies;
+    status.role_bindings = role_bindings;
+    status.summary = Some(summarize(&status));
+    status
+}
+
 /// Counts what a status holds.
 fn summarize(s: &NamespaceInventoryStatus) -> InventorySummary {
     let signals = s.deployments.iter().map(|d| d.signals.len()).sum::<usize>()
-        + s.cron_jobs.iter().map(|c| c.signals.len()).sum::<usize>();
+        + s.cron_jobs.iter().map(|c| c.signals.len()).sum::<usize>()
+        + s.services.iter().map(|e| e.signals.len()).sum::<usize>()
+        + s.ingresses.iter().map(|e| e.signals.len()).sum::<usize>();
     InventorySummary {
         deployments: count(s.deployments.len()),
         cron_jobs: count(s.cron_jobs.len()),
         helm_releases: count(s.helm_releases.len()),
+        services: count(s.services.len()),
+        ingresses: count(s.ingresses.len()),
+        network_policies: count(s.network_policies.len()),
+        role_bindings: count(s.role_bindings.len()),
         error_signals: count(signals),
     }
 }
@@ -122,6 +167,8 @@ pub fn deployment_entry(
         revision: d.revision,
         autoscaler,
         helm_release: d.helm_release.clone(),
+        services: Vec::new(),
+        isolation: Vec::new(),
         health: health.to_string(),
         signals,
         baseline,
@@ -208,16 +255,22 @@ fn json_len<T: Serialize>(v: &T) -> usize {
     }
 }
 
-/// `,"deployments":[]` and `,"cronJobs":[]`: what the two lists add to a part beyond their
-/// entries.
-const LIST_KEYS: usize = 17 + 14;
+/// `,"deployments":[]`, `,"cronJobs":[]`, …: what the lists of entries add to a part beyond
+/// their entries.
+const LIST_KEYS: usize = r#","deployments":[]"#.len()
+    + r#","cronJobs":[]"#.len()
+    + r#","services":[]"#.len()
+    + r#","ingresses":[]"#.len()
+    + r#","networkPolicies":[]"#.len()
+    + r#","roleBindings":[]"#.len();
 
 /// Splits an inventory whose object would pass `max_bytes` (the status as JSON plus
 /// [`OBJECT_OVERHEAD`]) into parts that each fit.
 ///
 /// An inventory that fits comes back unchanged, as the only part. Otherwise part 0 keeps
-/// the images and Helm releases; then the Deployments and then the CronJobs, in the order
-/// given (name order, as [`build`] makes it), fill the parts one after another, each part
+/// the images and Helm releases; then the Deployments, the CronJobs, the Services, the
+/// Ingresses, the NetworkPolicies and the RBAC bindings, in the order given (as [`build`]
+/// and [`connect`] make it), fill the parts one after another, each part
 /// closed when the next entry would not fit. Every part carries the input's
 /// `observedGeneration` and `conditions`, and a summary counting what it holds. No entry is
 /// dropped: an entry too large for the bound on its own goes alone in its part, which then
@@ -237,6 +290,10 @@ pub fn split(status: NamespaceInventoryStatus, max_bytes: usize) -> Vec<Namespac
         deployments,
         cron_jobs,
         helm_releases,
+        services,
+        ingresses,
+        network_policies,
+        role_bindings,
         images,
         conditions,
     } = status;
@@ -248,6 +305,10 @@ pub fn split(status: NamespaceInventoryStatus, max_bytes: usize) -> Vec<Namespac
             deployments: i32::MAX,
             cron_jobs: i32::MAX,
             helm_releases: i32::MAX,
+            services: i32::MAX,
+            ingresses: i32::MAX,
+            network_policies: i32::MAX,
+            role_bindings: i32::MAX,
             error_signals: i32::MAX,
         }),
         ..Default::default()
@@ -285,6 +346,22 @@ pub fn split(status: NamespaceInventoryStatus, max_bytes: usize) -> Vec<Namespac
     for c in cron_jobs {
         place(&mut part, &mut size, &mut part_has_content, json_len(&c));
         part.cron_jobs.push(c);
+    }
+    for e in services {
+        place(&mut part, &mut size, &mut part_has_content, json_len(&e));
+        part.services.push(e);
+    }
+    for e in ingresses {
+        place(&mut part, &mut size, &mut part_has_content, json_len(&e));
+        part.ingresses.push(e);
+    }
+    for e in network_policies {
+        place(&mut part, &mut size, &mut part_has_content, json_len(&e));
+        part.network_policies.push(e);
+    }
+    for e in role_bindings {
+        place(&mut part, &mut size, &mut part_has_content, json_len(&e));
+        part.role_bindings.push(e);
     }
     parts.push(part);
     for p in &mut parts {

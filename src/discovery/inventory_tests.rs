@@ -8,6 +8,7 @@ fn a_part_is_known_by_its_name() {
 }
 
 use super::*;
+use crate::api::discovery::{IngressEntry, NetworkPolicyEntry, RoleBindingEntry, ServiceEntry};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use proptest::prelude::*;
@@ -46,6 +47,8 @@ fn a_deployment_entry_copies_the_view() {
             revision: Some(7),
             autoscaler: Some("HPA/web 2-10".into()),
             helm_release: Some("shop".into()),
+            services: vec![],
+            isolation: vec![],
             health: "Healthy".into(),
             signals: vec![],
             baseline: None,
@@ -207,6 +210,7 @@ fn build_sorts_collects_images_and_counts() {
             cron_jobs: 2,
             helm_releases: 2,
             error_signals: 3,
+            ..Default::default()
         })
     );
     assert!(status.conditions.is_empty());
@@ -446,6 +450,75 @@ fn namespace_lists_past_the_bound_keep_part_0_to_themselves() {
 }
 
 #[test]
+fn connections_follow_the_workloads_into_the_parts() {
+    let mut status = big_namespace(3000);
+    let services: Vec<ServiceEntry> = status
+        .deployments
+        .iter()
+        .map(|d| ServiceEntry {
+            name: d.name.clone(),
+            type_: "ClusterIP".into(),
+            selector: Some(format!("app={}", d.name)),
+            ports: vec!["http 80/TCP→8080".into()],
+            deployments: vec![d.name.clone()],
+            signals: vec![],
+        })
+        .collect();
+    let ingresses: Vec<IngressEntry> = (0..300)
+        .map(|i| IngressEntry {
+            name: format!("ingress-{i:03}"),
+            hosts: vec![format!("shop-{i}.example")],
+            backends: vec![format!("Service/service-{:05}:80", i * 10)],
+            signals: if i == 7 {
+                vec!["BackendNotFound: Service/gone".into()]
+            } else {
+                vec![]
+            },
+            ..Default::default()
+        })
+        .collect();
+    status = connect(
+        status,
+        Connections {
+            services: services.clone(),
+            ingresses: ingresses.clone(),
+            network_policies: vec![NetworkPolicyEntry {
+                name: "deny-all".into(),
+                ..Default::default()
+            }],
+            role_bindings: vec![RoleBindingEntry {
+                name: "RoleBinding/ci".into(),
+                role: "ClusterRole/cluster-admin".into(),
+                subjects: vec!["ServiceAccount/ci".into()],
+                signals: vec!["PrivilegedServiceAccount: ServiceAccount/ci".into()],
+            }],
+        },
+    );
+    let parts = split(status.clone(), MAX_BYTES);
+    assert!(parts.len() > 3, "{} parts", parts.len());
+    for (i, p) in parts.iter().enumerate() {
+        assert!(bytes(p) <= MAX_BYTES, "part {i}: {} bytes", bytes(p));
+        let s = p.summary.clone().unwrap();
+        assert_eq!(s.services as usize, p.services.len());
+        assert_eq!(s.ingresses as usize, p.ingresses.len());
+        assert_eq!(s.role_bindings as usize, p.role_bindings.len());
+    }
+    let all_services: Vec<ServiceEntry> = parts.iter().flat_map(|p| p.services.clone()).collect();
+    let all_ingresses: Vec<IngressEntry> = parts.iter().flat_map(|p| p.ingresses.clone()).collect();
+    assert_eq!(all_services, services);
+    assert_eq!(all_ingresses, ingresses);
+    assert_eq!(
+        parts.iter().map(|p| p.role_bindings.len()).sum::<usize>(),
+        1
+    );
+    let signals: i32 = parts
+        .iter()
+        .map(|p| p.summary.as_ref().unwrap().error_signals)
+        .sum();
+    assert_eq!(Some(signals), status.summary.map(|s| s.error_signals));
+}
+
+#[test]
 fn split_copies_generation_and_conditions_to_every_part() {
     let mut status = big_namespace(3000);
     status.observed_generation = Some(4);
@@ -471,6 +544,7 @@ proptest! {
     fn split_never_loses_or_duplicates_an_entry(
         deployments in prop::collection::vec(("[a-z]{1,8}", 0usize..600, 0usize..3), 0..60),
         crons in prop::collection::vec(("[a-z]{1,8}", 0usize..3), 0..30),
+        connections in prop::collection::vec(("[a-z]{1,8}", 0usize..400, 0usize..4), 0..40),
         images in 0usize..20,
         max_bytes in (OBJECT_OVERHEAD..OBJECT_OVERHEAD + 6000),
     ) {
@@ -491,7 +565,21 @@ proptest! {
                 ..Default::default()
             })
             .collect();
-        let mut status = build("shop", deployments, crons, vec![]);
+        let mut c = Connections::default();
+        for (name, pad, kind) in connections {
+            let signals = vec![format!("ServiceSelectsNothing{}", "s".repeat(pad))];
+            match kind {
+                0 => c.services.push(ServiceEntry { name, signals, ..Default::default() }),
+                1 => c.ingresses.push(IngressEntry { name, signals, ..Default::default() }),
+                2 => c.network_policies.push(NetworkPolicyEntry {
+                    name,
+                    pod_selector: "p".repeat(pad),
+                    ..Default::default()
+                }),
+                _ => c.role_bindings.push(RoleBindingEntry { name, signals, ..Default::default() }),
+            }
+        }
+        let mut status = connect(build("shop", deployments, crons, vec![]), c);
         status.images.extend((0..images).map(|i| format!("extra-{i}")));
         let parts = split(status.clone(), max_bytes);
         prop_assert!(!parts.is_empty());
@@ -499,11 +587,32 @@ proptest! {
         let cs: Vec<CronJobEntry> = parts.iter().flat_map(|p| p.cron_jobs.clone()).collect();
         prop_assert_eq!(&ds, &status.deployments);
         prop_assert_eq!(&cs, &status.cron_jobs);
+        prop_assert_eq!(
+            parts.iter().flat_map(|p| p.ingresses.clone()).collect::<Vec<_>>(),
+            status.ingresses.clone()
+        );
+        prop_assert_eq!(
+            parts.iter().flat_map(|p| p.network_policies.clone()).collect::<Vec<_>>(),
+            status.network_policies.clone()
+        );
+        prop_assert_eq!(
+            parts.iter().flat_map(|p| p.role_bindings.clone()).collect::<Vec<_>>(),
+            status.role_bindings.clone()
+        );
+        prop_assert_eq!(
+            parts.iter().flat_map(|p| p.services.clone()).collect::<Vec<_>>(),
+            status.services.clone()
+        );
         prop_assert_eq!(&parts[0].images, &status.images);
         let signals: i32 = parts.iter().map(|p| p.summary.as_ref().map_or(0, |s| s.error_signals)).sum();
         prop_assert_eq!(Some(signals), status.summary.as_ref().map(|s| s.error_signals));
         for p in &parts {
-            let entries = p.deployments.len() + p.cron_jobs.len();
+            let entries = p.deployments.len()
+                + p.cron_jobs.len()
+                + p.services.len()
+                + p.ingresses.len()
+                + p.network_policies.len()
+                + p.role_bindings.len();
             // Past the bound only: an entry alone, or part 0 whose namespace-wide
             // lists alone pass it (then it holds no entry).
             let alone = entries == 1 && p.images.is_empty();

@@ -7,7 +7,8 @@
 //! revision records of changed Deployments ([`record`], deciding with [`revision`], and
 //! following each rollout to its outcome with [`rollout`]), each changed namespace's
 //! inventory ([`namespace`], with [`inventory`], [`signals`], the [`suspect`] change of a
-//! failing workload and the autoscaling [`policy`]) and the cluster status ([`status`], with
+//! failing workload, the autoscaling [`policy`], the Services, Ingresses and NetworkPolicies
+//! of [`network`] and the RBAC summary of [`rbac`]) and the cluster status ([`status`], with
 //! [`cluster`]), writing only what differs; the leader renews a heartbeat Lease
 //! ([`heartbeat`]). Helm release Secrets are watched metadata-only and decoded one at a time
 //! ([`helm_secrets`]) by the sanitiser ([`helm`]), and never kept.
@@ -15,6 +16,7 @@
 pub mod baselines;
 pub mod cluster;
 pub mod config;
+pub mod connections;
 pub mod controller;
 pub mod dirty;
 pub mod errors;
@@ -25,9 +27,11 @@ pub mod index;
 pub mod inventory;
 pub mod names;
 pub mod namespace;
+pub mod network;
 pub mod opt_in;
 pub mod policy;
 pub mod progress;
+pub mod rbac;
 pub mod rebuild;
 pub mod record;
 pub mod revision;

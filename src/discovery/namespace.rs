@@ -15,12 +15,14 @@ use kube::{
 use serde_json::json;
 
 use super::{
-    baselines,
+    baselines, connections,
     errors::gone_is_done,
     helm_secrets, inventory,
     names::CONTROLLER,
     names::{condition_reasons, condition_types},
+    network::{self, IngressView, NetworkPolicyView, ServiceView},
     policy,
+    rbac::{BindingView, RoleView},
     revision::RevView,
     shared::Shared,
     signals,
@@ -70,6 +72,22 @@ pub struct NamespaceSnapshot {
     pub policy: Option<AutoscalingPolicy>,
     /// Its WorkloadRevisions: a failing Deployment's signals name the newest change.
     pub revisions: Vec<RevView>,
+    /// Its Services.
+    pub services: Vec<ServiceView>,
+    /// Its Ingresses.
+    pub ingresses: Vec<IngressView>,
+    /// Its NetworkPolicies.
+    pub network_policies: Vec<NetworkPolicyView>,
+    /// Its RoleBindings, with their names.
+    pub role_bindings: Vec<(String, BindingView)>,
+    /// The ClusterRoleBindings that bind one of its ServiceAccounts, with their names.
+    pub cluster_role_bindings: Vec<(String, BindingView)>,
+    /// The roles those bindings grant, as `(kind, name)` (`Role` of this namespace or
+    /// `ClusterRole`), that exist.
+    pub roles: HashMap<(String, String), RoleView>,
+    /// The signals the published Service, Ingress and RBAC entries show, per object the
+    /// Events are about (`Service/<name>`, `Ingress/<name>`, `ServiceAccount/<name>`).
+    pub published_connections: HashMap<String, Vec<String>>,
     /// When it was loaded.
     pub now: Timestamp,
 }
@@ -91,7 +109,8 @@ pub struct ObjectSignals {
 pub struct NamespacePlan {
     /// The inventory.
     pub status: NamespaceInventoryStatus,
-    /// The signals of each Deployment, then of each HPA and ScaledObject.
+    /// The signals of each Deployment, then of each HPA and ScaledObject, then of each
+    /// Service, Ingress and bound ServiceAccount.
     pub signals: Vec<ObjectSignals>,
 }
 
@@ -104,8 +123,10 @@ pub async fn load(shared: &Shared, ns: &str, cd: &ClusterDiscovery) -> Namespace
     let mut published_runs = Vec::new();
     let mut published_signals = HashMap::new();
     let mut published_baselines = HashMap::new();
+    let mut published_connections = HashMap::new();
     for part in s.inventory_parts(ns) {
         if let Some(st) = &part.status {
+            connections::published_signals(st, &mut published_connections);
             published_runs.extend(st.cron_jobs.iter().cloned());
             for d in &st.deployments {
                 published_signals.insert(d.name.clone(), d.signals.clone());
@@ -140,6 +161,8 @@ pub async fn load(shared: &Shared, ns: &str, cd: &ClusterDiscovery) -> Namespace
     } else {
         Vec::new()
     };
+    let role_bindings = s.role_bindings.in_namespace_keyed(ns);
+    let cluster_role_bindings = s.cluster_role_bindings_of(ns);
     NamespaceSnapshot {
         namespace: ns.to_string(),
         deployments,
@@ -159,21 +182,43 @@ pub async fn load(shared: &Shared, ns: &str, cd: &ClusterDiscovery) -> Namespace
         releases,
         policy: cd.spec.autoscaling_policy.clone(),
         revisions: s.revisions.in_namespace(ns),
+        services: s.services.in_namespace(ns),
+        ingresses: s.ingresses.in_namespace(ns),
+        network_policies: s.network_policies.in_namespace(ns),
+        roles: connections::granted_roles(
+            &shared.stores,
+            ns,
+            &role_bindings,
+            &cluster_role_bindings,
+        ),
+        role_bindings,
+        cluster_role_bindings,
+        published_connections,
         now,
     }
 }
 
 /// The inventory of a namespace and the signals of its objects.
 pub fn decide(s: &NamespaceSnapshot) -> NamespacePlan {
-    let (entries, mut found) = deployment_entries(s);
+    let (mut entries, mut found) = deployment_entries(s);
     found.extend(orphan_autoscalers(s));
+    let connections = connections::connections(s);
+    let deployments: Vec<&DeploymentView> = s.deployments.iter().map(|d| &**d).collect();
+    network::annotate_deployments(
+        &mut entries,
+        &deployments,
+        &connections.services,
+        &s.network_policies,
+    );
+    found.extend(connections::signals(s, &connections));
+    let status = inventory::build(
+        &s.namespace,
+        entries,
+        cron_job_entries(s),
+        s.releases.clone(),
+    );
     NamespacePlan {
-        status: inventory::build(
-            &s.namespace,
-            entries,
-            cron_job_entries(s),
-            s.releases.clone(),
-        ),
+        status: inventory::connect(status, connections),
         signals: found,
     }
 }

@@ -45,6 +45,14 @@ pub mod reasons {
     pub const MISSED_SCHEDULE: &str = "MissedSchedule";
     /// An autoscaler whose scale target does not exist.
     pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
+    /// A Service whose selector matches no Deployment's Pod template and no Pod: it has no
+    /// endpoints.
+    pub const SERVICE_SELECTS_NOTHING: &str = "ServiceSelectsNothing";
+    /// An Ingress backend names a Service that does not exist.
+    pub const BACKEND_NOT_FOUND: &str = "BackendNotFound";
+    /// A ServiceAccount of the namespace is bound to `cluster-admin` or to a role with a
+    /// wildcard rule (a hazard).
+    pub const PRIVILEGED_SERVICE_ACCOUNT: &str = "PrivilegedServiceAccount";
 }
 
 /// Pod waiting reasons that are signals, in the order they are checked.

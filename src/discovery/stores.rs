@@ -21,7 +21,9 @@ use super::{
     dirty::{Mark, Pending},
     helm_secrets::{self, HelmSecretView, HelmState},
     index::{Change, Projections},
+    network::{self, IngressView, NetworkPolicyView, ServiceView},
     opt_in::{self, Access},
+    rbac::{self, BindingView, RoleView},
     revision::{RevView, rev_view},
     view::{
         self, CronJobView, DeploymentView, HpaView, JobView, NodeView, PodView, ScaledObjectView,
@@ -83,6 +85,20 @@ pub struct Stores {
     pub revisions: Projections<RevView>,
     /// Helm release Secrets' metadata.
     pub helm_secrets: Projections<HelmSecretView>,
+    /// Services.
+    pub services: Projections<ServiceView>,
+    /// Ingresses.
+    pub ingresses: Projections<IngressView>,
+    /// NetworkPolicies.
+    pub network_policies: Projections<NetworkPolicyView>,
+    /// Roles.
+    pub roles: Projections<RoleView>,
+    /// ClusterRoles.
+    pub cluster_roles: Projections<RoleView>,
+    /// RoleBindings.
+    pub role_bindings: Projections<BindingView>,
+    /// ClusterRoleBindings.
+    pub cluster_role_bindings: Projections<BindingView>,
     /// NamespaceInventories.
     pub inventories: Store<NamespaceInventory>,
     /// ClusterDiscoveries.
@@ -108,6 +124,20 @@ impl Stores {
             && self.config_maps.synced()
             && self.scaled_objects.as_ref().is_none_or(|s| s.synced())
             && self.revisions.synced()
+            && self.services.synced()
+            && self.ingresses.synced()
+            && self.network_policies.synced()
+            && self.roles.synced()
+            && self.cluster_roles.synced()
+            && self.role_bindings.synced()
+            && self.cluster_role_bindings.synced()
+    }
+
+    /// The ClusterRoleBindings that bind a ServiceAccount of namespace `ns`, with their
+    /// names.
+    pub fn cluster_role_bindings_of(&self, ns: &str) -> Vec<(String, BindingView)> {
+        self.cluster_role_bindings
+            .read(|i| i.filtered(|b| b.binds_service_account_of(ns)))
     }
 
     /// The published inventory parts of namespace `ns`.
@@ -204,6 +234,22 @@ pub async fn watch(
         secret_access,
         pending,
     ));
+    let role_bindings = w.project(rbac::role_binding, by_namespace);
+    let cluster_role_bindings = w.keep(projections(
+        client.clone(),
+        w.config.clone(),
+        rbac::cluster_role_binding,
+        mark_each(pending, cluster_role_binding_namespaces),
+    ));
+    let cluster_roles = {
+        let on_change = cluster_role_marks(pending, &role_bindings, &cluster_role_bindings);
+        w.keep(projections(
+            client.clone(),
+            w.config.clone(),
+            rbac::cluster_role,
+            on_change,
+        ))
+    };
     let stores = Stores {
         nodes: w.project(view::node, cluster_wide),
         namespaces: w.project(namespace_view, namespace_changed),
@@ -218,6 +264,13 @@ pub async fn watch(
         scaled_objects,
         revisions: w.project(rev_view, revision_changed),
         helm_secrets,
+        services: w.project(network::service, by_namespace),
+        ingresses: w.project(network::ingress, by_namespace),
+        network_policies: w.project(network::network_policy, by_namespace),
+        roles: w.project(rbac::role, wildcard_changed),
+        cluster_roles,
+        role_bindings,
+        cluster_role_bindings,
         inventories,
         discoveries,
     };
@@ -373,6 +426,86 @@ fn config_changed(kind: &str, c: Change<'_, ConfigView>) -> Mark {
     }
 }
 
+/// Whether a role's wildcard flag differs before and after a change (a role that is absent
+/// has none): only that changes what the bindings' entries say.
+fn wildcard_flipped(c: &Change<'_, RoleView>) -> bool {
+    match c {
+        Change::Object { before, after, .. } => {
+            before.is_some_and(|r| r.wildcard) != after.is_some_and(|r| r.wildcard)
+        }
+        Change::Synced => false,
+    }
+}
+
+/// A Role whose wildcard flag changed: its namespace.
+fn wildcard_changed(c: Change<'_, RoleView>) -> Mark {
+    match c {
+        Change::Object { key, .. } if wildcard_flipped(&c) => Mark::namespace(&key.0),
+        _ => Mark::none(),
+    }
+}
+
+/// A ClusterRoleBinding that changed: the namespaces of its ServiceAccounts, before and
+/// after (their inventories list it). One namespace per mark: the caller marks each.
+fn cluster_role_binding_namespaces(c: &Change<'_, BindingView>) -> Vec<String> {
+    let Change::Object { before, after, .. } = c else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = before
+        .iter()
+        .chain(after.iter())
+        .flat_map(|b| b.service_account_namespaces())
+        .map(str::to_string)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Marks each namespace `namespaces` finds in a change.
+fn mark_each<V: 'static>(
+    pending: &Arc<Pending>,
+    namespaces: fn(&Change<'_, V>) -> Vec<String>,
+) -> OnChange<V> {
+    let pending = pending.clone();
+    Box::new(move |c| {
+        for ns in namespaces(&c) {
+            pending.mark(Mark::namespace(&ns));
+        }
+    })
+}
+
+/// A ClusterRole whose wildcard flag changed marks the namespaces whose inventory shows a
+/// binding of it: those of the RoleBindings that grant it, and of the ServiceAccounts that
+/// ClusterRoleBindings grant it to.
+fn cluster_role_marks(
+    pending: &Arc<Pending>,
+    role_bindings: &Projections<BindingView>,
+    cluster_role_bindings: &Projections<BindingView>,
+) -> OnChange<RoleView> {
+    let (pending, rbs, crbs) = (
+        pending.clone(),
+        role_bindings.clone(),
+        cluster_role_bindings.clone(),
+    );
+    Box::new(move |c| {
+        if !wildcard_flipped(&c) {
+            return;
+        }
+        let Change::Object { key, .. } = c else {
+            return;
+        };
+        let grants = |b: &BindingView| &*b.role_kind == "ClusterRole" && *b.role == *key.1;
+        let mut namespaces = rbs.read(|i| i.namespaces_where(grants));
+        for (_, b) in crbs.read(|i| i.filtered(grants)) {
+            namespaces.extend(b.service_account_namespaces().map(str::to_string));
+        }
+        for ns in namespaces {
+            pending.mark(Mark::namespace(&ns));
+        }
+    })
+}
+
 /// A WorkloadRevision Moonin did not write is reported when its namespace is rebuilt.
 fn revision_changed(c: Change<'_, RevView>) -> Mark {
     match c {
@@ -401,169 +534,5 @@ fn inventory_changed(i: &NamespaceInventory) -> Mark {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn key(ns: &str, name: &str) -> (String, String) {
-        (ns.to_string(), name.to_string())
-    }
-
-    fn changed<'a, V>(key: &'a (String, String), after: Option<&'a V>) -> Change<'a, V> {
-        Change::Object {
-            key,
-            before: None,
-            after,
-        }
-    }
-
-    #[test]
-    fn what_each_change_marks() {
-        let pod = key("shop", "web-1");
-        assert_eq!(
-            by_namespace::<PodView>(changed(&pod, None)),
-            Mark::namespace("shop")
-        );
-        assert_eq!(by_namespace::<PodView>(Change::Synced), Mark::cluster());
-        let node = key("", "node-1");
-        assert_eq!(
-            cluster_wide::<NodeView>(changed(&node, None)),
-            Mark::cluster()
-        );
-        // A Namespace's key is `("", name)`.
-        let ns = key("", "shop");
-        assert_eq!(
-            namespace_changed(changed(&ns, Some(&("shop".to_string(), true)))),
-            Mark::namespace_and_cluster("shop")
-        );
-        assert_eq!(namespace_changed(Change::Synced), Mark::cluster());
-    }
-
-    #[test]
-    fn a_changed_deployment_is_queued_for_its_record_and_a_deleted_one_is_not() {
-        let web = key("shop", "web");
-        let view = Arc::new(DeploymentView {
-            namespace: "shop".into(),
-            name: "web".into(),
-            ..Default::default()
-        });
-        assert_eq!(
-            deployment_changed(changed(&web, Some(&view))),
-            Mark {
-                deployment: Some(view.clone()),
-                ..Mark::namespace("shop")
-            }
-        );
-        assert_eq!(
-            deployment_changed(changed(&web, None)),
-            Mark::namespace("shop")
-        );
-        assert_eq!(deployment_changed(Change::Synced), Mark::cluster());
-    }
-
-    #[test]
-    fn a_deleted_deployment_is_forgotten_by_the_baselines() {
-        let (pending, baselines) = (Arc::new(Pending::default()), Arc::new(Baselines::default()));
-        let view = Arc::new(DeploymentView {
-            namespace: "shop".into(),
-            name: "web".into(),
-            ..Default::default()
-        });
-        baselines.set(&view);
-        let on_change = deployment_marks(&pending, &baselines);
-        let web = key("shop", "web");
-        on_change(changed(&web, Some(&view)));
-        assert!(baselines.get(&web).is_some(), "a change keeps the baseline");
-        on_change(changed(&web, None));
-        assert!(baselines.get(&web).is_none());
-        assert_eq!(pending.take().namespaces.len(), 1);
-    }
-
-    #[test]
-    fn only_an_unreported_foreign_revision_marks_its_namespace() {
-        let rev = |foreign: Option<&str>, reason: Option<&str>| RevView {
-            name: "web-r1".into(),
-            workload: "web".into(),
-            revision: 1,
-            observed_at: jiff::Timestamp::UNIX_EPOCH,
-            reason: reason.map(String::from),
-            foreign: foreign.map(String::from),
-            rollout: true,
-            images: Vec::new(),
-            outcome: None,
-            summary: String::new(),
-            changed_by: None,
-        };
-        let k = key("shop", "web-r1");
-        let ours = rev(None, None);
-        let foreign = rev(Some("kubectl"), None);
-        let reported = rev(
-            Some("kubectl"),
-            Some(crate::discovery::names::condition_reasons::NOT_RECORDED),
-        );
-        assert_eq!(revision_changed(changed(&k, Some(&ours))), Mark::none());
-        assert_eq!(
-            revision_changed(changed(&k, Some(&foreign))),
-            Mark::namespace("shop")
-        );
-        assert_eq!(revision_changed(changed(&k, Some(&reported))), Mark::none());
-        assert_eq!(revision_changed(changed::<RevView>(&k, None)), Mark::none());
-        assert_eq!(revision_changed(Change::Synced), Mark::none());
-    }
-
-    #[test]
-    fn only_an_inventory_someone_else_wrote_marks_its_namespace() {
-        let inventory = |manager: &str| -> NamespaceInventory {
-            serde_json::from_value(json!({
-                "apiVersion": "moonin.io/v1alpha1",
-                "kind": "NamespaceInventory",
-                "metadata": {
-                    "name": "inventory",
-                    "namespace": "shop",
-                    "managedFields": [{"manager": manager, "operation": "Apply"}],
-                },
-                "spec": {"part": 0, "parts": 1},
-            }))
-            .unwrap()
-        };
-        assert_eq!(
-            inventory_changed(&inventory(field_manager::DISCOVERY)),
-            Mark::none()
-        );
-        assert_eq!(
-            inventory_changed(&inventory("kubectl")),
-            Mark::namespace("shop")
-        );
-    }
-
-    #[test]
-    fn the_oldest_discovery_not_being_deleted_is_in_charge() {
-        let cd = |name: &str, created: &str, deleting: bool| -> Arc<ClusterDiscovery> {
-            let mut meta = json!({"name": name, "creationTimestamp": created});
-            if deleting {
-                meta["deletionTimestamp"] = json!("2026-01-05T00:00:00Z");
-            }
-            Arc::new(
-                serde_json::from_value(json!({
-                    "apiVersion": "moonin.io/v1alpha1",
-                    "kind": "ClusterDiscovery",
-                    "metadata": meta,
-                    "spec": {},
-                }))
-                .unwrap(),
-            )
-        };
-        let name = |c: Option<Arc<ClusterDiscovery>>| c.map(|c| c.name_any());
-        assert_eq!(name(in_charge(&[])), None);
-        assert_eq!(
-            name(in_charge(&[
-                cd("newer", "2026-01-02T00:00:00Z", false),
-                cd("oldest", "2026-01-01T00:00:00Z", true),
-                cd("b", "2026-01-01T12:00:00Z", false),
-                cd("a", "2026-01-01T12:00:00Z", false),
-            ])),
-            Some("a".to_string()),
-            "the oldest is being deleted; of two equally old, the first by name"
-        );
-    }
-}
+#[path = "stores_tests.rs"]
+mod tests;

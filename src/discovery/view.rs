@@ -149,6 +149,8 @@ pub struct DeploymentView {
     pub revision: Option<i64>,
     /// `spec.selector.matchLabels` (an expression selector is reduced to its labels).
     pub selector: BTreeMap<String, String>,
+    /// The Pod template's labels (what Services and NetworkPolicies select).
+    pub template_labels: Labels,
     /// Status conditions.
     pub conditions: Vec<Cond>,
     /// The Helm release managing it (`meta.helm.sh/release-name` when
@@ -233,6 +235,11 @@ pub fn deployment(d: &Deployment) -> DeploymentView {
             .and_then(|r| r.parse().ok()),
         selector: spec
             .and_then(|s| s.selector.match_labels.clone())
+            .unwrap_or_default(),
+        template_labels: spec
+            .and_then(|s| s.template.metadata.as_ref())
+            .and_then(|m| m.labels.as_ref())
+            .map(Labels::from)
             .unwrap_or_default(),
         conditions: status
             .and_then(|s| s.conditions.as_ref())
@@ -361,10 +368,22 @@ pub struct Labels(Box<str>);
 impl Labels {
     /// The value of `key`, if set.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .split(',')
-            .filter_map(|kv| kv.split_once('='))
-            .find_map(|(k, v)| (k == key).then_some(v))
+        self.pairs().find_map(|(k, v)| (k == key).then_some(v))
+    }
+
+    /// The `(key, value)` pairs, in key order.
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.split(',').filter_map(|kv| kv.split_once('='))
+    }
+
+    /// Whether there is no label.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The labels as text: `key=value` pairs joined by `,`.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 
     /// Whether every label of `selector` is set here with an equal value. An empty selector

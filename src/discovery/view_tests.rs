@@ -77,6 +77,34 @@ fn labels_are_looked_up_by_whole_key_and_value() {
     assert!(!l.selected_by(&sel(&[("app", "we")])));
     assert!(!l.selected_by(&sel(&[("app", "web"), ("zone", "a")])));
     assert!(!l.selected_by(&sel(&[])));
+    assert_eq!(
+        l.pairs().collect::<Vec<_>>(),
+        [
+            ("app", "web"),
+            ("app.kubernetes.io/name", "web-x"),
+            ("tier", "")
+        ]
+    );
+    assert!(Labels::default().is_empty() && Labels::default().pairs().next().is_none());
+}
+
+#[test]
+fn a_deployment_keeps_its_pod_template_labels() {
+    let d: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web", "tier": "front"}},
+                "spec": {"containers": [{"name": "app", "image": "web:1"}]}
+            }
+        }
+    }))
+    .unwrap();
+    assert_eq!(
+        deployment(&d).template_labels.as_str(),
+        "app=web,tier=front"
+    );
 }
 
 #[test]

@@ -140,7 +140,7 @@ pub(crate) fn entry<'a>(inv: &'a Value, list: &str, name: &str) -> Option<&'a Va
     inv[list].as_array()?.iter().find(|d| d["name"] == name)
 }
 
-async fn deployment(rig: &Rig, name: &str, image: &str, labels: Value) {
+pub(crate) async fn deployment(rig: &Rig, name: &str, image: &str, labels: Value) {
     let d: Deployment = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": labels.clone()},
         "spec": {

@@ -17,6 +17,7 @@ mod gitops;
 mod harness;
 mod hostile;
 mod image;
+mod network;
 mod policy;
 mod rbac;
 mod samples;

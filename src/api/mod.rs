@@ -5,6 +5,7 @@
 pub mod conditions;
 pub mod keda;
 pub mod network;
+pub mod policy;
 pub mod quantity;
 // `#[kube(printcolumn(...))]` repeats `type_ = "string"` across columns, which clippy
 // mistakes for duplicated attributes.

@@ -87,8 +87,14 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
             ctx.shutdown.clone(),
         )),
     ];
+    // Each watch on a task of its own, so that a big cluster's initial state is decoded on
+    // every core; they end (aborted) with this function.
+    let mut watches = tokio::task::JoinSet::new();
+    for drive in drives.into_iter().chain(reporters) {
+        watches.spawn(drive);
+    }
     tokio::select! {
-        _ = futures::future::join_all(drives.into_iter().chain(reporters)) => {}
+        _ = watches.join_all() => {}
         _ = synced(&shared, readiness) => {}
         _ = rebuild_loop(&shared) => {}
         _ = heartbeat::run(&shared.ctx, &shared.reachability, &shared.pending) => {}
@@ -148,10 +154,14 @@ async fn rebuild_loop(shared: &Arc<Shared>) {
         metrics.reconciliations.get_or_create(&labels).inc();
         let started = std::time::Instant::now();
         let result = rebuild(shared, &mut state, &cd, dirty, full).await;
+        let took = started.elapsed().as_secs_f64();
         metrics
             .reconcile_duration
             .get_or_create(&labels)
-            .observe(started.elapsed().as_secs_f64());
+            .observe(took);
+        if full && result.is_ok() {
+            tracing::info!(took_secs = took, "full discovery rebuild done");
+        }
         match result {
             Ok(unwritten) => {
                 failures.succeeded();

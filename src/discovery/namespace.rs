@@ -3,7 +3,10 @@
 //! for each new signal ([`ReportedSignals`]), then write the inventory in as many parts as
 //! it takes ([`write`]), skipping parts that did not change ([`WrittenDigests`]).
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard},
+};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -429,24 +432,33 @@ pub async fn report_signals(
 
 /// A digest of each inventory status written, per `(namespace, part)` (`-1`: a part whose
 /// name says no number), to skip unchanged writes while the store has not caught up (a
-/// copy would double the memory the inventories take).
+/// copy would double the memory the inventories take). Shared by the namespaces written at
+/// once; the lock is never held across a request.
 #[derive(Debug, Default)]
-pub struct WrittenDigests(HashMap<(String, i32), u64>);
+pub struct WrittenDigests(Mutex<HashMap<(String, i32), u64>>);
 
 impl WrittenDigests {
+    fn digests(&self) -> MutexGuard<'_, HashMap<(String, i32), u64>> {
+        // A panic elsewhere cannot leave a digest half-written: take the map as it is.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Whether `status` is what was last written to that part.
     fn unchanged(&self, key: &(String, i32), status: &NamespaceInventoryStatus) -> bool {
-        self.0.get(key) == Some(&digest(status))
+        self.digests().get(key) == Some(&digest(status))
     }
 
     /// `status` was written to that part.
-    fn written(&mut self, key: (String, i32), status: &NamespaceInventoryStatus) {
-        self.0.insert(key, digest(status));
+    fn written(&self, key: (String, i32), status: &NamespaceInventoryStatus) {
+        let d = digest(status);
+        self.digests().insert(key, d);
     }
 
     /// That part is gone.
-    fn forget(&mut self, key: &(String, i32)) {
-        self.0.remove(key);
+    fn forget(&self, key: &(String, i32)) {
+        self.digests().remove(key);
     }
 }
 
@@ -549,7 +561,7 @@ fn part_conditions(i: usize, n: usize) -> [Desired; 2] {
 /// parts left from an earlier, larger split. Returns the number of parts.
 pub async fn write(
     shared: &Shared,
-    written: &mut WrittenDigests,
+    written: &WrittenDigests,
     cd: &ClusterDiscovery,
     ns: &str,
     status: NamespaceInventoryStatus,
@@ -600,7 +612,7 @@ pub async fn write(
 /// Deletes a namespace's inventory parts from the `n`th on (all of them for 0).
 pub async fn delete_parts(
     shared: &Shared,
-    written: &mut WrittenDigests,
+    written: &WrittenDigests,
     ns: &str,
     n: usize,
 ) -> Result<(), kube::Error> {

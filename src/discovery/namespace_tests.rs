@@ -199,7 +199,7 @@ fn only_what_changed_is_written() {
     assert_eq!((again[0].spec, again[0].write), (false, false));
 
     // The store has not caught up with the last write yet: not written twice.
-    let mut written = WrittenDigests::default();
+    let written = WrittenDigests::default();
     written.written(first[0].key.clone(), &sent);
     let behind = plan_parts("shop", vec![status.clone()], |_| None, &written, now);
     assert_eq!(

@@ -7,6 +7,8 @@ use std::{
     time::Duration,
 };
 
+use futures::{StreamExt, stream::FuturesUnordered};
+use jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::{
@@ -18,7 +20,7 @@ use super::{
     shared::Shared,
     status::{self, ApiProbe},
 };
-use crate::api::discovery::ClusterDiscovery;
+use crate::api::discovery::{ClusterDiscovery, NamespaceInventoryStatus};
 use crate::runtime::errors::brief;
 
 /// What the rebuilds carry from one to the next.
@@ -157,32 +159,46 @@ pub async fn rebuild(
         && shared.stores.secrets.synced();
     record::record_all(shared, workloads, helm_enabled, secrets_readable).await?;
 
+    // Each namespace is planned in turn (the signals' Events and the totals are this loop's
+    // alone), and up to `WRITERS` of the plans are written at once: a full rebuild writes
+    // every inventory, and one request at a time leaves the API server idle between them.
+    let RebuildState {
+        progress,
+        refusals,
+        written,
+        reported,
+        probe,
+    } = state;
+    let written = &*written;
     let mut unwritten = BTreeSet::new();
+    let mut writing = FuturesUnordered::new();
     for ns in &namespaces {
         if !live.contains(ns) || excluded.contains(ns.as_str()) {
-            state.progress.forget(ns);
-            state.refusals.forget(ns);
+            progress.forget(ns);
+            refusals.forget(ns);
             // An excluded namespace keeps no inventory; a deleted one loses it with itself.
             if live.contains(ns)
-                && let Err(e) = namespace::delete_parts(shared, &mut state.written, ns, 0).await
+                && let Err(e) = namespace::delete_parts(shared, written, ns, 0).await
             {
                 tracing::warn!(namespace = %ns, error = %brief(&e), "deleting the inventory of an excluded namespace failed");
             }
             continue;
         }
-        if !rebuild_namespace(shared, state, cd, ns).await? {
-            unwritten.insert(ns.clone());
+        let plan = plan_namespace(shared, reported, progress, cd, ns).await?;
+        writing.push(async move {
+            let result = namespace::write(shared, written, cd, ns, plan.status, plan.now).await;
+            (ns, result)
+        });
+        while writing.len() >= WRITERS
+            && let Some((ns, result)) = writing.next().await
+        {
+            settle(progress, refusals, &mut unwritten, ns, result);
         }
     }
-    let snapshot = status::load(
-        shared,
-        cd,
-        &live,
-        &excluded,
-        &state.progress,
-        &mut state.probe,
-    )
-    .await;
+    while let Some((ns, result)) = writing.next().await {
+        settle(progress, refusals, &mut unwritten, ns, result);
+    }
+    let snapshot = status::load(shared, cd, &live, &excluded, progress, probe).await;
     status::write(shared, cd, &snapshot.current, &status::decide(&snapshot)).await?;
     status::report_not_in_charge(shared, cd).await?;
     Ok(unwritten)
@@ -212,42 +228,56 @@ fn referring(
         .collect()
 }
 
-/// Rebuilds one namespace's inventory. `Ok(false)` when its write failed: one namespace's
-/// failure does not stop the others, and it is retried by itself.
-async fn rebuild_namespace(
+/// How many namespaces' inventories are written at once.
+const WRITERS: usize = 4;
+
+/// One namespace's inventory, ready to write.
+struct Planned {
+    status: NamespaceInventoryStatus,
+    now: Timestamp,
+}
+
+/// Builds one namespace's inventory, and reports the signals that appeared in it.
+async fn plan_namespace(
     shared: &Shared,
-    state: &mut RebuildState,
+    reported: &mut ReportedSignals,
+    progress: &mut Progress,
     cd: &ClusterDiscovery,
     ns: &str,
-) -> Result<bool, kube::Error> {
+) -> Result<Planned, kube::Error> {
     record::report_foreign(shared, ns).await?;
     let snapshot = namespace::load(shared, ns, cd).await;
     let plan = namespace::decide(&snapshot);
-    namespace::report_signals(shared, &mut state.reported, &plan.signals).await;
-    state.progress.built(ns, &plan.status);
-    match namespace::write(
-        shared,
-        &mut state.written,
-        cd,
-        ns,
-        plan.status,
-        snapshot.now,
-    )
-    .await
-    {
+    namespace::report_signals(shared, reported, &plan.signals).await;
+    progress.built(ns, &plan.status);
+    Ok(Planned {
+        status: plan.status,
+        now: snapshot.now,
+    })
+}
+
+/// Books one namespace's write. A failed one goes into `unwritten`: one namespace's failure
+/// does not stop the others, and it is retried by itself.
+fn settle(
+    progress: &mut Progress,
+    refusals: &mut Refusals,
+    unwritten: &mut BTreeSet<String>,
+    ns: &str,
+    result: Result<usize, kube::Error>,
+) {
+    match result {
         Ok(parts) => {
-            state.progress.written(ns, parts);
-            state.refusals.forget(ns);
+            progress.written(ns, parts);
+            refusals.forget(ns);
         }
         Err(e) if namespace_being_deleted(&e) => {
             tracing::debug!(namespace = %ns, "namespace being deleted; no inventory");
         }
         Err(e) => {
             tracing::warn!(namespace = %ns, error = %brief(&e), "writing the inventory failed");
-            return Ok(false);
+            unwritten.insert(ns.to_string());
         }
     }
-    Ok(true)
 }
 
 #[cfg(test)]

@@ -13,11 +13,14 @@
 //! implements [`kube::Resource`] like `K`, so `Api<Decoded<K>>` and `watcher` take it where
 //! they take `K`, and a write whose response may be such an object cannot fail on it.
 
-use std::fmt;
+use std::{fmt, marker::PhantomData};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use serde::{Deserialize, Deserializer, de::DeserializeOwned};
+use serde::{
+    Deserialize, Deserializer,
+    de::{DeserializeOwned, DeserializeSeed, Error as _, MapAccess, Visitor},
+};
 use serde_json::Value;
 
 /// An object as a list or watch delivered it: typed, or what is left of it.
@@ -137,9 +140,68 @@ pub fn decode<K: DeserializeOwned>(mut value: Value) -> Decoded<K> {
     Decoded::Invalid(Box::new(Undecodable::from_value(&value, field, error)))
 }
 
+/// serde_json's name for its raw value (`serde_json::value::RawValue`, the `raw_value`
+/// feature): a serde_json deserializer asked for a newtype struct of this name hands over
+/// the value's text as it is, as the one entry of a map keyed by the name.
+const RAW_VALUE: &str = "$serde_json::private::RawValue";
+
 impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
+    /// From serde_json (text or a `Value`), the object's text is decoded straight into `K`,
+    /// and only an object that does not decode pays for [`decode`], which says where:
+    /// building a tree of values first took three times as long per Pod. Any other
+    /// deserializer (content serde buffered, as for a list's items) goes through the tree.
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_newtype_struct(RAW_VALUE, DecodedVisitor(PhantomData))
+    }
+}
+
+struct DecodedVisitor<K>(PhantomData<fn() -> K>);
+
+impl<'de, K: DeserializeOwned> Visitor<'de> for DecodedVisitor<K> {
+    type Value = Decoded<K>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a Kubernetes object")
+    }
+
+    /// serde_json's raw value: the text, keyed by [`RAW_VALUE`].
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        match map.next_key::<String>()? {
+            Some(key) if key == RAW_VALUE => map.next_value_seed(FromText(PhantomData)),
+            _ => Err(A::Error::custom("expected serde_json's raw value")),
+        }
+    }
+
+    fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         Ok(decode(Value::deserialize(d)?))
+    }
+}
+
+/// An object's JSON text, decoded.
+struct FromText<K>(PhantomData<fn() -> K>);
+
+impl<'de, K: DeserializeOwned> DeserializeSeed<'de> for FromText<K> {
+    type Value = Decoded<K>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<K: DeserializeOwned> Visitor<'_> for FromText<K> {
+    type Value = Decoded<K>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object's JSON text")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+        if let Ok(k) = serde_json::from_str::<K>(text) {
+            return Ok(Decoded::Valid(k));
+        }
+        serde_json::from_str::<Value>(text)
+            .map(decode)
+            .map_err(E::custom)
     }
 }
 
@@ -287,5 +349,57 @@ mod tests {
             .filter(|d| matches!(d, Decoded::Valid(_)))
             .count();
         assert_eq!((items.len(), valid), (3, 2));
+    }
+
+    /// What each item decoded to: its name, or the field that failed.
+    fn outcomes(items: &[Decoded<SandboxPool>]) -> Vec<String> {
+        items
+            .iter()
+            .map(|d| match d {
+                Decoded::Valid(p) => format!("valid {}", p.spec.replicas),
+                Decoded::Invalid(u) => format!("invalid {}", u.message()),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn text_values_lists_and_watch_events_decode_alike() {
+        let mut dropped_status = pool(json!({"containers": [{"name": "d"}]}));
+        dropped_status["status"] = json!({"replicas": "many"});
+        let items = vec![
+            pool(json!({"containers": [{"name": "a"}]})),
+            pool(json!({"containers": [{"name": 5}]})),
+            dropped_status,
+        ];
+        let expected = vec![
+            "valid 2".to_string(),
+            "invalid spec.template.spec.containers[0].name: invalid type: integer `5`, expected a string".into(),
+            "valid 2".into(),
+        ];
+        let text = serde_json::to_string(&items).unwrap();
+        // serde_json's text: the straight decoding, and the tree only for the bad item.
+        let from_text: Vec<Decoded<SandboxPool>> = serde_json::from_str(&text).unwrap();
+        assert_eq!(outcomes(&from_text), expected);
+        let from_value: Vec<Decoded<SandboxPool>> =
+            serde_json::from_value(json!(items.clone())).unwrap();
+        assert_eq!(outcomes(&from_value), expected);
+        // A list response: kube's list type buffers its fields (a flattened one among them),
+        // so its items come through serde's buffered content.
+        let list = json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "9"}, "items": items.clone()});
+        let listed: kube::core::ObjectList<Decoded<SandboxPool>> =
+            serde_json::from_str(&list.to_string()).unwrap();
+        assert_eq!(outcomes(&listed.items), expected);
+        // A watch stream's events, one line each.
+        let watched: Vec<Decoded<SandboxPool>> = items
+            .iter()
+            .map(|o| {
+                let line = json!({"type": "ADDED", "object": o}).to_string();
+                match serde_json::from_str(&line).unwrap() {
+                    kube::core::WatchEvent::Added(d) => d,
+                    _ => panic!("not an ADDED event"),
+                }
+            })
+            .collect();
+        assert_eq!(outcomes(&watched), expected);
     }
 }

@@ -148,7 +148,7 @@ const RAW_VALUE: &str = "$serde_json::private::RawValue";
 impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
     /// From serde_json (text or a `Value`), the object's text is decoded straight into `K`,
     /// and only an object that does not decode pays for [`decode`], which says where:
-    /// building a tree of values first took three times as long per Pod. Any other
+    /// building a tree of values first took two to three times as long per Pod. Any other
     /// deserializer (content serde buffered, as for a list's items) goes through the tree.
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_newtype_struct(RAW_VALUE, DecodedVisitor(PhantomData))

@@ -20,6 +20,7 @@ use super::{
 };
 use crate::api::discovery::{ClusterDiscovery, NamespaceInventory, WorkloadRevision};
 use crate::runtime::{
+    access,
     context::{Context, Readiness, Registered},
     errors::brief,
     events::Publisher,
@@ -88,10 +89,11 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         )),
     ];
     // Each watch on a task of its own, so that a big cluster's initial state is decoded on
-    // every core; they end (aborted) with this function.
+    // every core; they end (aborted) with this function. A task does not inherit the
+    // controller's name, which a refused watch reports its missing permission under.
     let mut watches = tokio::task::JoinSet::new();
     for drive in drives.into_iter().chain(reporters) {
-        watches.spawn(drive);
+        watches.spawn(access::CONTROLLER.scope(CONTROLLER, drive));
     }
     tokio::select! {
         _ = watches.join_all() => {}

@@ -3,6 +3,7 @@
 //! controllers. Each name is defined once, here, and used everywhere else.
 
 pub mod conditions;
+pub mod forecast;
 pub mod keda;
 pub mod network;
 pub mod policy;

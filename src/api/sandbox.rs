@@ -7,6 +7,8 @@ use k8s_openapi::{
 use kube::{CustomResource, KubeSchema, core::Duration};
 use serde::{Deserialize, Serialize};
 
+pub use super::forecast::{ClaimHistory, Prediction, PredictivePolicy};
+
 /// A DNS-1123 label, so `<env>-<member>` is a valid object name.
 const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 
@@ -195,6 +197,9 @@ pub struct ScaleUpPolicy {
     #[serde(default = "ScaleUpPolicy::default_max_step")]
     #[schemars(range(min = 1))]
     pub max_step: i32,
+    /// Predictive warm-up from the pool's claim history (off unless set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predictive: Option<PredictivePolicy>,
 }
 
 impl ScaleUpPolicy {
@@ -216,6 +221,7 @@ impl Default for ScaleUpPolicy {
             quiet_window_seconds: Self::default_quiet_window(),
             idle_threshold: 0,
             max_step: Self::default_max_step(),
+            predictive: None,
         }
     }
 }
@@ -387,6 +393,10 @@ pub struct SandboxPoolStatus {
     /// The autoscaler's bookkeeping and last decisions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_scaling: Option<PoolAutoScalingStatus>,
+    /// Claims per slot of the period, kept while the pool's group has
+    /// `scaleUpPolicy.predictive`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_history: Option<ClaimHistory>,
     /// Ready, Progressing, Saturated, Reconciling, Stalled.
     #[serde(default)]
     #[schemars(schema_with = "crate::api::schema::conditions")]
@@ -421,6 +431,9 @@ pub struct PoolAutoScalingStatus {
     /// The scale-down in progress or last finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_down_session: Option<ScaleDownSession>,
+    /// What the claim history predicts, while the group has `scaleUpPolicy.predictive`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<Prediction>,
 }
 
 /// A scale-up attempt.

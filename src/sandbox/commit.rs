@@ -28,7 +28,9 @@ use super::memory::ClaimRef;
 use super::pool::{self, Counts, PodOp, keys};
 use crate::api::conditions::types;
 use crate::api::field_manager;
-use crate::api::sandbox::{PoolAutoScalingStatus, SandboxClaim, SandboxEnv, SandboxPool, reasons};
+use crate::api::sandbox::{
+    ClaimHistory, PoolAutoScalingStatus, SandboxClaim, SandboxEnv, SandboxPool, reasons,
+};
 use crate::runtime::errors::{brief, is_conflict};
 
 /// A JSON merge patch that turns `old` into `new`: what `new` lacks is set to null.
@@ -328,6 +330,8 @@ fn new_pod(pool: &SandboxPool, name: &str, now: Timestamp) -> Pod {
 pub struct AutoScalingWrite<'a> {
     /// The decision's `status.autoScaling`.
     pub status: &'a PoolAutoScalingStatus,
+    /// The decision's `status.claimHistory`, when it changed (once per slot at most).
+    pub claim_history: Option<&'a ClaimHistory>,
     /// The Pool's resourceVersion.
     pub resource_version: Option<String>,
 }
@@ -356,6 +360,9 @@ pub async fn pool_status(
         let old = serde_json::to_value(current).unwrap_or_default();
         merge_nulls(&old, &mut next);
         body["status"]["autoScaling"] = next;
+        if let Some(history) = a.claim_history {
+            body["status"]["claimHistory"] = serde_json::to_value(history).unwrap_or_default();
+        }
         body["metadata"] = json!({"resourceVersion": a.resource_version});
     }
     let ns = pool.namespace().unwrap_or_default();

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use kube::{
     Api, Client, ResourceExt,
@@ -13,15 +13,17 @@ use kube::{
 };
 
 use super::admission;
+use super::autoscaler::forecast::Geometry;
 use super::autoscaler::{
-    self, PodState, PoolPod, PoolView, QueueStats, ScaleDownMark, SiblingPool, Snapshot,
+    self, ForecastInput, PodState, PoolPod, PoolView, QueueStats, ScaleDownMark, SiblingPool,
+    Snapshot,
 };
 use super::claim::{ClaimSnapshot, Found, Target};
 use super::env::{EnvSnapshot, MemberPool, group_of};
 use super::memory::Memory;
 use super::pool::{self, ClaimView, PodView, PoolSnapshot, keys};
 use crate::api::conditions::{self, types};
-use crate::api::sandbox::{SandboxClaim, SandboxEnv, SandboxPool, reasons};
+use crate::api::sandbox::{PredictivePolicy, SandboxClaim, SandboxEnv, SandboxPool, reasons};
 use crate::runtime::{decode::Decoded, invalid};
 
 /// The caches the sandbox reconcilers load from.
@@ -280,8 +282,14 @@ pub fn pool(stores: &Stores, memory: &Memory, pool: &SandboxPool) -> PoolLoad {
         && let Some(env) = env_of(stores, pool)
     {
         let snapshot = autoscaler_snapshot(stores, memory, pool, &load, &pods, &targeting);
+        let group = group_of(&env, group_name);
+        let forecast = group
+            .as_ref()
+            .and_then(|g| g.scale_up_policy.predictive.as_ref())
+            .map(|p| forecast_input(memory, &load, p, pool, &pods, &targeting));
         load.autoscaler = Some(Snapshot {
-            group: group_of(&env, group_name),
+            group,
+            forecast,
             ..snapshot
         });
     }
@@ -362,7 +370,57 @@ fn autoscaler_snapshot(
         last_claim_at: last_bound.max(last_claimed),
         admission: admission::probe(&stores.quotas.state(), pool, missing),
         history: memory.history.of(&load.key),
+        forecast: None,
     }
+}
+
+/// Predictive warm-up's inputs: the geometry of the group's policy, the Pool's claim
+/// history, the claims created since its open slot started, and how long its Ready Pods
+/// took to start.
+fn forecast_input(
+    memory: &Memory,
+    load: &PoolLoad,
+    policy: &PredictivePolicy,
+    pool: &SandboxPool,
+    pods: &[Arc<Pod>],
+    claims: &[Arc<SandboxClaim>],
+) -> ForecastInput {
+    let geometry = Geometry::of(policy);
+    let history = pool.status.as_ref().and_then(|s| s.claim_history.clone());
+    let since = match (&geometry, &history) {
+        (Ok(g), Some(h)) if g.built(h) => h.open_slot_start.0,
+        (Ok(g), _) => g.slot_at(load.now.wall).start,
+        (Err(_), _) => load.now.wall,
+    };
+    let uids: Vec<(String, Timestamp)> = claims
+        .iter()
+        .filter_map(|c| Some((c.uid()?, c.creation_timestamp()?.0)))
+        .collect();
+    let arrivals =
+        memory
+            .arrivals
+            .observe(&load.key, uids.iter().map(|(u, t)| (u.as_str(), *t)), since);
+    ForecastInput {
+        geometry,
+        enabled: policy.enabled,
+        history,
+        arrivals,
+        starts: pods.iter().filter_map(|p| start_time(p)).collect(),
+    }
+}
+
+/// How long a Ready Pod took from creation to its Ready condition's last transition.
+fn start_time(p: &Pod) -> Option<SignedDuration> {
+    let created = p.creation_timestamp()?.0;
+    let ready = p
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")?;
+    let at = ready.last_transition_time.as_ref()?.0;
+    Some(at.duration_since(created)).filter(|d| !d.is_negative())
 }
 
 /// The other Pools of the Pool's group and Env, each at the size this process last wrote

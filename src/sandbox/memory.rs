@@ -34,6 +34,8 @@ pub struct Memory {
     pub first_seen: FirstSeen,
     /// The autoscaler's recommendations per Pool.
     pub history: Histories,
+    /// Claims seen per Pool in the claim history's open slot.
+    pub arrivals: Arrivals,
     /// Names for new sandbox Pods.
     pub names: PodNames,
     /// Reconciles that failed on a refusal, per object (`Kind ns/name`).
@@ -262,6 +264,35 @@ impl Histories {
     }
 }
 
+/// The claims each Pool (`ns/name`) received since its claim history's open slot started,
+/// by UID with their creation time: a claim deleted before its slot closes is still
+/// counted. Entries older than the open slot are dropped.
+#[derive(Default)]
+pub struct Arrivals {
+    by_pool: Mutex<HashMap<String, HashMap<String, Timestamp>>>,
+}
+
+impl Arrivals {
+    /// Adds the claims `seen` (UID, creation time) of `pool`, forgets those created before
+    /// `since`, and returns the creation times of all that remain.
+    pub fn observe<'a>(
+        &self,
+        pool: &str,
+        seen: impl IntoIterator<Item = (&'a str, Timestamp)>,
+        since: Timestamp,
+    ) -> Vec<Timestamp> {
+        let mut all = lock(&self.by_pool);
+        let known = all.entry(pool.to_string()).or_default();
+        for (uid, created) in seen {
+            if created >= since {
+                known.entry(uid.to_string()).or_insert(created);
+            }
+        }
+        known.retain(|_, created| *created >= since);
+        known.values().copied().collect()
+    }
+}
+
 /// Names for new sandbox Pods ([`pool::pod_name`]): a counter of this process mixed with
 /// the time, so names never repeat within a process and rarely across restarts.
 #[derive(Default)]
@@ -437,5 +468,22 @@ mod tests {
         drop(held);
         let next = tokio::time::timeout(Duration::from_millis(50), locks.lock("ns/env/g")).await;
         assert!(next.is_ok(), "its turn comes once the guard is dropped");
+    }
+
+    #[test]
+    fn arrivals_outlive_their_claims_until_the_slot_moves_on() {
+        let a = Arrivals::default();
+        let t = |s: i64| Timestamp::from_second(s).unwrap();
+        assert_eq!(
+            a.observe("ns/p", [("a", t(100)), ("old", t(10))], t(60)),
+            vec![t(100)]
+        );
+        // "a" is gone from the cache; it is still counted.
+        let mut seen = a.observe("ns/p", [("b", t(120))], t(60));
+        seen.sort();
+        assert_eq!(seen, vec![t(100), t(120)]);
+        // The open slot moved to 110: "a" is forgotten.
+        assert_eq!(a.observe("ns/p", [], t(110)), vec![t(120)]);
+        assert!(a.observe("ns/other", [], t(0)).is_empty());
     }
 }

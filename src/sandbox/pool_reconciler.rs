@@ -101,13 +101,16 @@ async fn report(
     let desired = pool::status_conditions(plan.counts, replicas, create_error, auto_conditions);
     let next = conditions::merge(&current.conditions, &desired, generation, now.wall);
     let auto_status = autoscaled.map(|a| &a.decision.status);
-    let changed = pool::status_changed(&current, generation, plan.counts, &next, auto_status);
+    let history = autoscaled.and_then(|a| a.decision.claim_history.as_ref());
+    let changed = pool::status_changed(&current, generation, plan.counts, &next, auto_status)
+        || history.is_some();
     let mut retry = writes.retry || autoscaled.is_some_and(|a| a.resized.retry);
     let written = if !changed {
         true
     } else if ctx.writer.is_leader() {
         let auto = autoscaled.map(|a| AutoScalingWrite {
             status: &a.decision.status,
+            claim_history: history,
             resource_version: a.resized.resource_version.clone(),
         });
         let ok = commit::pool_status(ctx, pool, plan.counts, &next, auto).await;

@@ -19,6 +19,7 @@ mod hostile;
 mod image;
 mod network;
 mod policy;
+mod predictive;
 mod rbac;
 mod samples;
 mod sandbox;

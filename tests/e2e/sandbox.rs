@@ -52,7 +52,7 @@ fn env(name: &str, replicas: i32, recycle: &str) -> SandboxEnv {
     .expect("env")
 }
 
-fn claim(name: &str, pool: &str, lifetime: Option<&str>) -> SandboxClaim {
+pub(crate) fn claim(name: &str, pool: &str, lifetime: Option<&str>) -> SandboxClaim {
     let mut v = json!({
         "apiVersion": "moonin.io/v1alpha1",
         "kind": "SandboxClaim",
@@ -65,7 +65,7 @@ fn claim(name: &str, pool: &str, lifetime: Option<&str>) -> SandboxClaim {
     serde_json::from_value(v).expect("claim")
 }
 
-async fn pool_status(rig: &Rig, name: &str) -> Value {
+pub(crate) async fn pool_status(rig: &Rig, name: &str) -> Value {
     let api: Api<SandboxPool> = Api::namespaced(rig.client.clone(), rig.ns());
     api.get(name)
         .await
@@ -74,7 +74,7 @@ async fn pool_status(rig: &Rig, name: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
-async fn idle_is(rig: &Rig, pool: &str, idle: i64) {
+pub(crate) async fn idle_is(rig: &Rig, pool: &str, idle: i64) {
     wait_for(
         &format!("{pool}: {idle} idle"),
         Duration::from_secs(60),
@@ -97,7 +97,7 @@ async fn bound(rig: &Rig, name: &str) -> Value {
     .await
 }
 
-async fn pods(rig: &Rig) -> Vec<Pod> {
+pub(crate) async fn pods(rig: &Rig) -> Vec<Pod> {
     let api: Api<Pod> = Api::namespaced(rig.client.clone(), rig.ns());
     api.list(&ListParams::default().labels("moonin.io/pool"))
         .await
@@ -291,7 +291,7 @@ async fn a_claim_made_while_the_manager_is_down_counts_its_whole_wait() {
 }
 
 /// An Env with one local member `a` in the autoscaling group `g`.
-fn autoscaled_env(name: &str, replicas: i32, group: Value) -> SandboxEnv {
+pub(crate) fn autoscaled_env(name: &str, replicas: i32, group: Value) -> SandboxEnv {
     let mut g = group;
     g["name"] = json!("g");
     serde_json::from_value(json!({
@@ -316,7 +316,7 @@ fn autoscaled_env(name: &str, replicas: i32, group: Value) -> SandboxEnv {
     .expect("env")
 }
 
-async fn pool_spec_replicas(rig: &Rig, name: &str) -> Option<i32> {
+pub(crate) async fn pool_spec_replicas(rig: &Rig, name: &str) -> Option<i32> {
     let api: Api<SandboxPool> = Api::namespaced(rig.client.clone(), rig.ns());
     Some(api.get(name).await.ok()?.spec.replicas)
 }

@@ -83,6 +83,7 @@
 //! so the next cycle reads back exactly what this one decided and a steady state compares
 //! equal (no write, no Event).
 
+mod predict;
 mod scale_down;
 mod scale_up;
 mod session;
@@ -96,7 +97,9 @@ use super::{
     session_states,
 };
 use crate::api::conditions::Desired;
-use crate::api::sandbox::{PoolAutoScalingStatus, ScaleDownSession, ScaleUpAttempt, ScalingGroup};
+use crate::api::sandbox::{
+    ClaimHistory, PoolAutoScalingStatus, ScaleDownSession, ScaleUpAttempt, ScalingGroup,
+};
 use scale_down::ScaleDown;
 use scale_up::{Demand, Growth};
 use session::Sweep;
@@ -219,6 +222,9 @@ pub struct Decision {
     pub conditions: Vec<Desired>,
     /// When to decide again at the latest (always after `now`).
     pub requeue_at: Timestamp,
+    /// The claim history to write as `status.claimHistory`, when it changed (a slot
+    /// closed, or a new history started).
+    pub claim_history: Option<ClaimHistory>,
 }
 
 impl Decision {
@@ -230,6 +236,7 @@ impl Decision {
             && self.marks.is_empty()
             && self.unmarks.is_empty()
             && self.events.is_empty()
+            && self.claim_history.is_none()
     }
 }
 
@@ -391,6 +398,8 @@ struct Cycle<'a> {
     unmarks: Vec<PodUnmark>,
     events: Vec<PoolEvent>,
     requeue: Requeue,
+    /// The claim history to write, when it changed.
+    history: Option<ClaimHistory>,
 }
 
 impl<'a> Cycle<'a> {
@@ -405,6 +414,7 @@ impl<'a> Cycle<'a> {
             unmarks: Vec::new(),
             events: Vec::new(),
             requeue: Requeue::new(now),
+            history: None,
         }
     }
 
@@ -462,6 +472,7 @@ impl<'a> Cycle<'a> {
             self.abort_session(sweep, &format!("aborted: {why}; marks removed"));
         }
         scale_up::expire_saturation(&mut self.status, false, self.now);
+        self.status.prediction = None;
         let replicas = self.snap.pool.replicas.max(0);
         self.status.desired_replicas = Some(replicas);
         self.requeue_at_expiries();
@@ -485,6 +496,7 @@ impl<'a> Cycle<'a> {
             },
             events: self.events,
             requeue_at: self.requeue.at,
+            claim_history: self.history,
         }
     }
 
@@ -547,6 +559,7 @@ impl<'a> Cycle<'a> {
             },
             events: self.events,
             requeue_at: self.requeue.at,
+            claim_history: self.history,
         }
     }
 }
@@ -562,7 +575,8 @@ pub fn decide(snap: &Snapshot, now: Timestamp) -> Decision {
         return cycle.disabled(&sweep);
     };
     let policy = Policy::of(group, snap);
-    let demand = Demand::of(&cycle, &pods, &sweep, &policy, dry);
+    let forecast = cycle.predict(&policy);
+    let demand = Demand::of(&cycle, &pods, &sweep, &policy, dry, &forecast);
     let growth = Growth::limited(&demand, &policy, &cycle.status, now);
     let mut desired = cycle.probe_admission(&demand, &growth, &policy);
     let down = cycle.scale_down(&pods, &demand, &growth, &policy, &sweep);

@@ -57,6 +57,7 @@ fn group() -> ScalingGroup {
             quiet_window_seconds: 30,
             idle_threshold: 0,
             max_step: 10,
+            predictive: None,
         },
         scale_down_policy: ScaleDownPolicy {
             stabilization_window_seconds: 300,
@@ -143,6 +144,7 @@ fn snap(replicas: i32, pods: Vec<PoolPod>) -> Snapshot {
             since: Some(ago(3600)),
             entries: Vec::new(),
         },
+        forecast: None,
     }
 }
 
@@ -1698,6 +1700,7 @@ fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                             1,
                         )
                     }),
+                    prediction: None,
                 },
             },
             group: g.map(
@@ -1712,6 +1715,7 @@ fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                             quiet_window_seconds: quiet,
                             idle_threshold: thr,
                             max_step: up,
+                            predictive: None,
                         },
                         scale_down_policy: ScaleDownPolicy {
                             stabilization_window_seconds: stab,
@@ -1751,6 +1755,7 @@ fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                     })
                     .collect(),
             },
+            forecast: None,
         }
     })
 }

@@ -31,6 +31,7 @@
 
 pub mod commit;
 pub mod decide;
+pub mod forecast;
 pub mod snapshot;
 
 use jiff::SignedDuration;
@@ -39,7 +40,7 @@ pub use decide::{
     Decision, EventType, PodMark, PodRef, PodUnmark, PoolEvent, UnmarkReason, decide, decision_id,
 };
 pub use snapshot::{
-    Admission, InFlight, PodState, PoolPod, PoolView, QueueStats, Recommendation,
+    Admission, ForecastInput, InFlight, PodState, PoolPod, PoolView, QueueStats, Recommendation,
     RecommendationHistory, ScaleDownMark, SiblingPool, Snapshot,
 };
 
@@ -84,6 +85,10 @@ pub mod reasons {
     pub const AUTOSCALING_DISABLED: &str = "AutoscalingDisabled";
     /// Event (Normal): the Pool grew as wanted.
     pub const SCALED_UP: &str = "ScaledUp";
+    /// Event (Normal): the Pool grew ahead of the claims its history predicts.
+    pub const PREDICTED_SCALE_UP: &str = "PredictedScaleUp";
+    /// Event (Warning): predictive warm-up cannot run (an unknown time zone).
+    pub const PREDICTION_UNAVAILABLE: &str = "PredictionUnavailable";
     /// Event (Normal): a scale-down session marked its first Pods.
     pub const SCALE_DOWN_STARTED: &str = "ScaleDownStarted";
     /// Event (Normal): a scale-down session marked more Pods.

@@ -7,7 +7,8 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
-use crate::api::sandbox::{PoolAutoScalingStatus, ScalingGroup};
+use super::forecast::Geometry;
+use crate::api::sandbox::{ClaimHistory, PoolAutoScalingStatus, ScalingGroup};
 
 /// Everything [`decide`](super::decide::decide) looks at for one Pool.
 ///
@@ -45,6 +46,25 @@ pub struct Snapshot {
     pub admission: Admission,
     /// The recommendations of recent reconciles, for the scale-down stabilization window.
     pub history: RecommendationHistory,
+    /// Predictive warm-up's inputs, when the group has `scaleUpPolicy.predictive`.
+    pub forecast: Option<ForecastInput>,
+}
+
+/// What predictive warm-up decides on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForecastInput {
+    /// The slots of the period, or why there are none (an unknown time zone).
+    pub geometry: Result<Geometry, String>,
+    /// `predictive.enabled`: predictions grow the pool (else only the history is kept).
+    pub enabled: bool,
+    /// `status.claimHistory` as last written.
+    pub history: Option<ClaimHistory>,
+    /// Creation times of the Pool's claims since the history's open slot started: those
+    /// the cache shows and those this process saw that are gone since (after a restart,
+    /// a claim created and deleted while no process watched is not counted).
+    pub arrivals: Vec<Timestamp>,
+    /// How long each Ready Pod of the Pool took from creation to Ready.
+    pub starts: Vec<SignedDuration>,
 }
 
 /// The Pool as the autoscaler needs it.

@@ -98,7 +98,8 @@ impl<'a> Cycle<'a> {
 }
 
 /// The recommendation of this cycle on its own: the base minus the idle Pods past the idle
-/// timeout (keeping `idleThreshold + 1` idle while the Pool is in use), at least the group's
+/// timeout (keeping `idleThreshold + 1` idle while the Pool is in use, and the Pods the
+/// prediction keeps ready), at least the group's
 /// minimum, at most the group's maximum. Whether the minimum held Pods back.
 fn recommend(pods: &Pods<'_>, d: &Demand, p: &Policy, now: Timestamp) -> (i64, bool) {
     let old_enough = count(
@@ -110,7 +111,8 @@ fn recommend(pods: &Pods<'_>, d: &Demand, p: &Policy, now: Timestamp) -> (i64, b
             })
             .count(),
     );
-    let buffer = if d.in_use { p.threshold + 1 } else { 0 };
+    let in_use = if d.in_use { p.threshold + 1 } else { 0 };
+    let buffer = in_use.max(d.ready);
     let removable = old_enough.min((d.idle - buffer).max(0));
     let unfloored = d.base - removable;
     let limited_by_min = removable > 0 && unfloored < p.pool_min;

@@ -5,6 +5,7 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::predict::Forecast;
 use super::{
     Cycle, Pods, Policy, PoolAutoScalingStatus, PoolEvent, SATURATION_BACKOFF_MIN, ScaleUpAttempt,
     Snapshot, Sweep, attempt_results, condition_types, count, plus, reasons, to_i32,
@@ -42,6 +43,11 @@ pub(super) struct Demand {
     pub reactive: i64,
     /// Proactive growth: Pods to add so a dry Pool in use has `idleThreshold + 1` idle.
     pub proactive: i64,
+    /// Idle or coming Pods the prediction keeps beyond the queued claims (0 when off).
+    pub ready: i64,
+    /// Predictive growth: Pods to add to have `ready` Pods idle or coming once queued
+    /// claims are served.
+    pub predictive: i64,
 }
 
 impl Demand {
@@ -52,6 +58,7 @@ impl Demand {
         sweep: &Sweep<'_>,
         p: &Policy,
         dry: bool,
+        forecast: &Forecast,
     ) -> Self {
         let snap = cycle.snap;
         let now = cycle.now;
@@ -84,9 +91,12 @@ impl Demand {
             base: cycle.spec + given_back,
             reactive: 0,
             proactive: 0,
+            ready: forecast.ready,
+            predictive: 0,
         };
         demand.reactive = demand.reactive_growth();
         demand.proactive = demand.proactive_growth(p, dry, now);
+        demand.predictive = (demand.ready - demand.projected_idle()).max(0);
         demand
     }
 
@@ -95,12 +105,22 @@ impl Demand {
         (self.pending - self.idle - self.coming - self.returned).max(0)
     }
 
+    /// Idle Pods once the Pods on their way are Ready and the queued claims are served.
+    fn projected_idle(&self) -> i64 {
+        self.idle + self.coming + self.returned - self.pending
+    }
+
+    /// Whether the prediction, rather than claims or dryness, asks for the growth.
+    pub fn predicted(&self) -> bool {
+        self.predictive > self.reactive.max(self.proactive)
+    }
+
     /// Proactive scale-up: the Pool has been dry for the quiet window, a claim was bound
     /// within the idle timeout, and the Pods on their way would not lift it out of
     /// dryness; enough to have `idleThreshold + 1` idle Pods once queued claims are served.
     fn proactive_growth(&self, p: &Policy, dry: bool, now: Timestamp) -> i64 {
         let quiet_over = self.dry_since.is_some_and(|t| plus(t, p.quiet) <= now);
-        let projected_idle = self.idle + self.coming + self.returned - self.pending;
+        let projected_idle = self.projected_idle();
         if dry && self.in_use && quiet_over && projected_idle <= p.threshold {
             p.threshold + 1 - projected_idle
         } else {
@@ -125,7 +145,7 @@ impl Growth {
     /// reactive scale-up skips it when nothing at all is coming), `maxStep`, the group's
     /// maximum; a Pool below the group's minimum is raised to it regardless.
     pub fn limited(d: &Demand, p: &Policy, status: &PoolAutoScalingStatus, now: Timestamp) -> Self {
-        let want = d.reactive.max(d.proactive);
+        let want = d.reactive.max(d.proactive).max(d.predictive);
         let cooldown_end = status
             .last_scale_up_time
             .as_ref()
@@ -203,12 +223,20 @@ impl Cycle<'_> {
         if accepted > base {
             self.status.last_scale_up_time = Some(Time(self.stamp));
         }
-        let why = growth_reason(self.snap, p, self.now, d);
+        let why = match &self.status.prediction {
+            Some(prediction) if d.predicted() => prediction.message.clone(),
+            _ => growth_reason(self.snap, p, self.now, d),
+        };
         if result == attempt_results::FULL {
             self.status.saturated_until = None;
             self.status.scale_up_error_message = None;
+            let reason = if d.predicted() {
+                reasons::PREDICTED_SCALE_UP
+            } else {
+                reasons::SCALED_UP
+            };
             self.events.push(PoolEvent::normal(
-                reasons::SCALED_UP,
+                reason,
                 format!("scaled up from {base} to {target}: {why}"),
             ));
         } else {

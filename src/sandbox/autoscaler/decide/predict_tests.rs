@@ -1,0 +1,317 @@
+//! Table tests for predictive warm-up, through [`decide`](super::super::decide): the claim
+//! history kept slot by slot, the Pods asked for one Pod start time ahead of a busy slot,
+//! the bounds and the scale-down that take them back.
+//!
+//! The fixture: Pool `web-a` alone in group `web` (min 1, max 20, cooldown 10 s, the other
+//! knobs at their defaults) with 15-minute slots of a week in UTC; `now` is Monday
+//! 2026-11-30 10:00:00 UTC, the start of slot 40; Pods took 30 s to start.
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::super::super::forecast::{Geometry, blend};
+use super::super::super::snapshot::{
+    Admission, ForecastInput, InFlight, PodState, PoolPod, PoolView, QueueStats,
+    RecommendationHistory, Snapshot,
+};
+use super::super::{EventType, decide, reasons};
+use crate::api::sandbox::{
+    ClaimHistory, PoolAutoScalingStatus, PredictivePolicy, ScaleDownPolicy, ScaleUpPolicy,
+    ScalingGroup,
+};
+
+const SLOT: usize = 40;
+
+fn now() -> Timestamp {
+    "2026-11-30T10:00:00Z".parse().unwrap()
+}
+
+fn at(secs: i64) -> Timestamp {
+    now() + SignedDuration::from_secs(secs)
+}
+
+fn policy() -> PredictivePolicy {
+    PredictivePolicy::default()
+}
+
+fn group(predictive: PredictivePolicy) -> ScalingGroup {
+    ScalingGroup {
+        name: "web".into(),
+        enabled: true,
+        min_replicas: 1,
+        max_replicas: 20,
+        scale_up_policy: ScaleUpPolicy {
+            predictive: Some(predictive),
+            ..ScaleUpPolicy::default()
+        },
+        scale_down_policy: ScaleDownPolicy::default(),
+    }
+}
+
+fn idle(name: &str, idle_for: i64) -> PoolPod {
+    PoolPod {
+        name: name.into(),
+        uid: format!("{name}-uid"),
+        resource_version: "1".into(),
+        state: PodState::Idle,
+        ready: true,
+        has_ip: true,
+        idle_since: Some(at(-idle_for)),
+        mark: None,
+    }
+}
+
+/// A history opened at the slot of `now`, with `expected` claims (hundredths) for the
+/// slots given and none observed elsewhere.
+fn history(expected: &[(usize, i32)]) -> ClaimHistory {
+    let g = Geometry::of(&policy()).unwrap();
+    let mut h = g.new_history(now(), Some(30));
+    for &(slot, e) in expected {
+        h.expected[slot] = e;
+    }
+    h
+}
+
+/// Two idle Pods (idle 60 s), no claim queued, the given history; Pods started in 30 s.
+fn snap(history: Option<ClaimHistory>) -> Snapshot {
+    Snapshot {
+        pool: PoolView {
+            name: "web-a".into(),
+            replicas: 2,
+            auto_scaling: PoolAutoScalingStatus {
+                desired_replicas: Some(2),
+                ..PoolAutoScalingStatus::default()
+            },
+        },
+        group: Some(group(policy())),
+        siblings: Vec::new(),
+        queue: QueueStats::default(),
+        pods: vec![idle("a", 60), idle("b", 60)],
+        in_flight: InFlight::default(),
+        last_claim_at: None,
+        admission: Admission::default(),
+        history: RecommendationHistory {
+            since: Some(at(-3600)),
+            entries: Vec::new(),
+        },
+        forecast: Some(ForecastInput {
+            geometry: Geometry::of(&policy()),
+            enabled: true,
+            history,
+            arrivals: Vec::new(),
+            starts: vec![SignedDuration::from_secs(30); 2],
+        }),
+    }
+}
+
+fn reasons_of(d: &super::super::Decision) -> Vec<(EventType, &'static str)> {
+    d.events.iter().map(|e| (e.type_, e.reason)).collect()
+}
+
+#[test]
+fn a_pool_without_history_starts_one_and_predicts_nothing() {
+    let d = decide(&snap(None), now());
+    let h = d.claim_history.expect("a new history is written");
+    assert_eq!(h.open_slot_start, Time(now()));
+    assert_eq!(
+        (h.slot_seconds, h.period_seconds, h.time_zone.as_str()),
+        (900, 604_800, "UTC")
+    );
+    assert_eq!(h.expected.len(), 672);
+    assert!(h.expected.iter().all(|e| *e == -1));
+    assert_eq!(h.pod_start_seconds, Some(30));
+    assert_eq!(d.desired_replicas, 2);
+    let p = d.status.prediction.expect("a prediction");
+    assert_eq!(
+        (p.expected_claims, p.ready_pods, p.lead_seconds),
+        (0, 0, 30)
+    );
+    assert!(d.events.is_empty());
+    // The requeue is no later than the end of the open slot.
+    assert!(d.requeue_at <= at(900));
+}
+
+#[test]
+fn a_closed_slot_is_blended_in_once_and_the_history_moves_on() {
+    let mut h = history(&[(SLOT - 1, 1000)]);
+    h.open_slot_start = Time(at(-900));
+    h.pod_start_seconds = Some(50);
+    let mut s = snap(Some(h.clone()));
+    let input = s.forecast.as_mut().unwrap();
+    // Three claims in the closed slot, one (not counted yet) in the new one.
+    input.arrivals = vec![at(-800), at(-10), at(-1), at(5)];
+    let d = decide(&s, now());
+    let next = d.claim_history.expect("the closed slot is written");
+    assert_eq!(next.expected[SLOT - 1], blend(1000, 3));
+    assert_eq!(next.open_slot_start, Time(now()));
+    assert_eq!(
+        next.pod_start_seconds,
+        Some(30),
+        "measured again when a slot closes"
+    );
+    // Within the open slot, nothing is written.
+    let mut again = snap(Some(next));
+    again.forecast.as_mut().unwrap().arrivals = vec![at(5)];
+    assert_eq!(decide(&again, at(60)).claim_history, None);
+}
+
+#[test]
+fn the_pool_grows_one_pod_start_time_ahead_of_a_busy_slot() {
+    // Slot 41 (10:15) expects 60 claims: 4 a minute. Over the 30 s lead plus the 10 s
+    // cooldown, 2.67 are expected, and 5 ready Pods cover that but one time in ten.
+    let h = history(&[(SLOT + 1, 6000)]);
+    let mut s = snap(Some(h));
+    for p in &mut s.pods {
+        p.idle_since = Some(at(800));
+    }
+    // 31 s before 10:15 the lead does not reach the busy slot yet.
+    let early = decide(&s, at(900 - 31));
+    assert_eq!(early.desired_replicas, 2);
+    assert_eq!(early.status.prediction.as_ref().unwrap().ready_pods, 0);
+    assert!(
+        early.requeue_at <= at(900 - 30),
+        "woken when the lead reaches 10:15"
+    );
+    // 30 s before, it does.
+    let d = decide(&s, at(900 - 30));
+    assert_eq!(d.desired_replicas, 5);
+    let p = d.status.prediction.clone().unwrap();
+    assert_eq!(
+        (p.expected_claims, p.ready_pods, p.lead_seconds),
+        (60, 5, 30)
+    );
+    assert_eq!(
+        p.message,
+        "Predicted: 60 claims expected in the next 15m; 5 Pod(s) kept ready ahead of them (Pods start in 30s)"
+    );
+    assert_eq!(
+        reasons_of(&d),
+        vec![(EventType::Normal, reasons::PREDICTED_SCALE_UP)]
+    );
+    assert_eq!(
+        d.events[0].note,
+        format!("scaled up from 2 to 5: {}", p.message)
+    );
+}
+
+#[test]
+fn predicted_pods_count_what_is_coming_and_what_is_queued() {
+    let h = history(&[(SLOT, 6000)]);
+    let mut s = snap(Some(h));
+    // Two idle, one starting, three claims queued: 0 once they are served; 5 wanted.
+    s.pods.push(PoolPod {
+        state: PodState::Starting,
+        ready: false,
+        has_ip: false,
+        idle_since: None,
+        ..idle("c", 0)
+    });
+    s.pool.replicas = 3;
+    s.queue = QueueStats {
+        pending: 3,
+        oldest_pending_since: Some(at(-1)),
+    };
+    let d = decide(&s, now());
+    assert_eq!(d.desired_replicas, 3 + 5);
+}
+
+#[test]
+fn predictions_never_pass_the_group_maximum() {
+    let h = history(&[(SLOT, 90_000)]);
+    let d = decide(&snap(Some(h)), now());
+    assert_eq!(d.desired_replicas, 12, "a step of at most maxStep (10)");
+    assert!(d.status.prediction.unwrap().ready_pods > 18);
+    let mut s = snap(Some(history(&[(SLOT, 90_000)])));
+    s.pool.replicas = 18;
+    s.pods = (0..18).map(|i| idle(&format!("p{i}"), 60)).collect();
+    let d = decide(&s, now());
+    assert_eq!(d.desired_replicas, 20);
+    let limited = d
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ScalingLimited")
+        .unwrap();
+    assert!(limited.status);
+    assert_eq!(limited.reason, reasons::GROUP_MAX_REACHED);
+}
+
+#[test]
+fn scale_down_keeps_the_predicted_pods_and_takes_back_the_rest() {
+    // Eight Pods idle past the idle timeout; the slot expects 15 claims (1 a minute):
+    // 0.67 over 40 s, so 2 are kept ready.
+    let h = history(&[(SLOT, 1500)]);
+    let mut s = snap(Some(h));
+    s.pool.replicas = 8;
+    s.pods = (0..8).map(|i| idle(&format!("p{i}"), 700)).collect();
+    let d = decide(&s, now());
+    assert_eq!(d.status.prediction.as_ref().unwrap().ready_pods, 2);
+    assert_eq!(d.recommendation.replicas, 2);
+    assert_eq!(
+        d.desired_replicas,
+        8 - 5,
+        "one step of the scale-down maxStep"
+    );
+    // Without a prediction for the slot, the group minimum is all that is kept.
+    let mut quiet = snap(Some(history(&[])));
+    quiet.pool.replicas = 8;
+    quiet.pods = s.pods.clone();
+    assert_eq!(decide(&quiet, now()).recommendation.replicas, 1);
+}
+
+#[test]
+fn a_switched_off_prediction_still_keeps_the_history() {
+    let off = PredictivePolicy {
+        enabled: false,
+        ..policy()
+    };
+    let mut h = history(&[(SLOT, 6000)]);
+    h.open_slot_start = Time(at(-900));
+    let mut s = snap(Some(h));
+    s.group = Some(group(off.clone()));
+    let input = s.forecast.as_mut().unwrap();
+    input.enabled = false;
+    input.arrivals = vec![at(-100)];
+    let d = decide(&s, now());
+    assert_eq!(d.desired_replicas, 2);
+    assert_eq!(d.status.prediction, None);
+    assert_eq!(d.claim_history.unwrap().expected[SLOT - 1], 100);
+    assert!(d.events.is_empty());
+}
+
+#[test]
+fn a_new_geometry_starts_a_new_history() {
+    let h = history(&[(SLOT, 6000)]);
+    let daily = PredictivePolicy {
+        period_seconds: 86_400,
+        ..policy()
+    };
+    let mut s = snap(Some(h));
+    s.group = Some(group(daily.clone()));
+    s.forecast.as_mut().unwrap().geometry = Geometry::of(&daily);
+    let d = decide(&s, now());
+    let next = d.claim_history.unwrap();
+    assert_eq!((next.period_seconds, next.expected.len()), (86_400, 96));
+    assert_eq!(d.desired_replicas, 2, "nothing is known of the new slots");
+}
+
+#[test]
+fn an_unknown_time_zone_is_said_once() {
+    let mars = PredictivePolicy {
+        time_zone: Some("Mars/Olympus_Mons".into()),
+        ..policy()
+    };
+    let mut s = snap(None);
+    s.forecast.as_mut().unwrap().geometry = Geometry::of(&mars);
+    let d = decide(&s, now());
+    assert_eq!(d.claim_history, None);
+    assert_eq!(d.desired_replicas, 2);
+    assert_eq!(
+        reasons_of(&d),
+        vec![(EventType::Warning, reasons::PREDICTION_UNAVAILABLE)]
+    );
+    let p = d.status.prediction.clone().unwrap();
+    assert!(p.message.contains("Mars/Olympus_Mons"), "{}", p.message);
+    // Said: the next cycle publishes nothing.
+    s.pool.auto_scaling = d.status;
+    assert!(decide(&s, now()).events.is_empty());
+}

@@ -12,8 +12,9 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::api::sandbox::{ScaleDownPolicy, ScaleUpPolicy};
+use crate::sandbox::autoscaler::forecast::Geometry;
 use crate::sandbox::autoscaler::snapshot::{
-    Admission, InFlight, PoolView, QueueStats, RecommendationHistory, SiblingPool,
+    Admission, ForecastInput, InFlight, PoolView, QueueStats, RecommendationHistory, SiblingPool,
 };
 
 const POOL: &str = "web-a";
@@ -1633,7 +1634,10 @@ fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
         prop::option::of(0..5u8),
         any::<bool>(),
     );
-    (group, pool, history, prev).prop_map(|(g, pool, hist, prev)| {
+    // Predictive warm-up: the expectation of the slots of now and the next, the measured
+    // Pod start time, whether predictions are enabled.
+    let forecast = prop::option::weighted(0.4, (0..6000i32, 0..6000i32, 0..120i32, any::<bool>()));
+    (group, pool, history, prev, forecast).prop_map(|(g, pool, hist, prev, fc)| {
         let (size, siblings, pending, pods, (creates, deletes), claimed_ago, headroom) = pool;
         let states = [
             PodState::Starting,
@@ -1755,9 +1759,29 @@ fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                     })
                     .collect(),
             },
-            forecast: None,
+            forecast: fc.map(arb_forecast),
         }
     })
+}
+
+/// A forecast of 15-minute slots of a week in UTC whose history expects `now_e` and
+/// `next_e` hundredths of claims in the slots of `now` and the next, Pods starting in
+/// `lead` seconds.
+fn arb_forecast((now_e, next_e, lead, enabled): (i32, i32, i32, bool)) -> ForecastInput {
+    let policy = crate::api::sandbox::PredictivePolicy::default();
+    let geometry = Geometry::of(&policy).expect("UTC");
+    let mut history = geometry.new_history(now(), Some(lead));
+    let slot = geometry.slot_at(now()).index;
+    history.expected[slot] = now_e;
+    let next = (slot + 1) % history.expected.len();
+    history.expected[next] = next_e;
+    ForecastInput {
+        geometry: Ok(geometry),
+        enabled,
+        history: Some(history),
+        arrivals: Vec::new(),
+        starts: vec![SignedDuration::from_secs(i64::from(lead))],
+    }
 }
 
 proptest! {

@@ -23,7 +23,7 @@
 //!    time from issuing them to the first Pod that was not in the pool being Ready.
 //!
 //! With `MOONIN_BENCH_RAMP=1` ([`ramp`]), each system instead climbs the rates of
-//! `MOONIN_BENCH_RAMP_RATES` (default 10,20,40,80,160,320), step 1 above for each, until
+//! `MOONIN_BENCH_RAMP_RATES` (default 2,5,10,20,40,80,160,320), step 1 above for each, until
 //! its first step whose bind p99 is 1 s or more (or whose claims were not all created and
 //! bound); the report gives each system's highest passing rate, and Moonin's ÷ the floor's
 //! (goal ≥ 0.8) and ÷ agent-sandbox's (goal ≥ 2). `MOONIN_BENCH_RATES` and the dry pool are

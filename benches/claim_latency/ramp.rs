@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// The ramp's rates when `MOONIN_BENCH_RAMP_RATES` is not set (claims per second).
-pub const RAMP_RATES: [u32; 6] = [10, 20, 40, 80, 160, 320];
+pub const RAMP_RATES: [u32; 8] = [2, 5, 10, 20, 40, 80, 160, 320];
 /// A step passes while the bind p99 stays under this (ms).
 pub const P99_LIMIT_MS: f64 = 1000.0;
 /// The goals of issue 18: Moonin's highest rate at least this share of the floor's, and at
@@ -56,6 +56,13 @@ pub async fn climb(client: &Client, system: System, p: &Params, rates: &[u32]) -
         let why = match rate_phase(client, system, p, rate).await {
             Ok(r) => {
                 let why = failure(&r);
+                if why.is_none() {
+                    progress(&format!(
+                        "{}: {rate}/s passed (p99 {})",
+                        system.label(),
+                        p99(Some(&r))
+                    ));
+                }
                 out.rates.push(r);
                 why
             }

@@ -1,35 +1,54 @@
-//! Claim latency (the README's "Sandbox pools" section reports it): a warm pool of sandbox
-//! Pods on kwok Nodes, claims at a steady rate, Moonin and agent-sandbox side by side.
+//! Claim latency and the throughput ceiling (the README's "Sandbox pools" section reports
+//! them): a warm pool of sandbox Pods on kwok Nodes, claims at a steady rate, Moonin,
+//! agent-sandbox and the floor side by side.
 //!
-//! For each system in turn (never both controllers at once: Moonin's manager is stopped
-//! before `e2e/agent-sandbox start`, and agent-sandbox is stopped at the end):
+//! The floor ([`floor`]) is no controller: with Moonin's manager and agent-sandbox both
+//! stopped, this process itself makes, at the claim rate, the API calls one bind and one
+//! replacement need (the Pod's guarded patch to claimed, the claim's status `Bound`, the
+//! Pod's delete, a replacement Pod of the same template), against Moonin `SandboxClaim`s in
+//! a namespace no manager watches: what the control plane allows with no controller's cost.
+//!
+//! For each system in turn (never two at once: Moonin's manager is stopped before
+//! `e2e/agent-sandbox start`, and agent-sandbox is stopped before the next system):
 //!
 //! 1. for each rate: a fresh namespace and a warm pool of `MOONIN_BENCH_POOL` Pods
 //!    (Moonin: a SandboxEnv with one local member, `recyclePolicy: Replace`; agent-sandbox:
-//!    a SandboxTemplate and a SandboxWarmPool), waited until every Pod is idle and Ready;
-//!    then claims at that rate for `MOONIN_BENCH_SECONDS`. Each claim is deleted as soon as
-//!    it is seen bound (its sandbox is released: Moonin replaces the Pod, agent-sandbox
-//!    deletes the adopted Sandbox while its warm pool replenishes), so a pool of N serves a
-//!    steady stream without an autoscaler;
-//! 2. the dry pool: a pool of 5, 10 claims at once (none released); the time from issuing
-//!    them to the first Pod that was not in the pool being Ready.
+//!    a SandboxTemplate and a SandboxWarmPool; the floor: the Pods, created by this
+//!    process), waited until every Pod is idle and Ready; then claims at that rate for
+//!    `MOONIN_BENCH_SECONDS`. Each claim is deleted as soon as it is seen bound (its sandbox
+//!    is released: Moonin replaces the Pod, agent-sandbox deletes the adopted Sandbox while
+//!    its warm pool replenishes, the floor replaces the Pod after the bind), so a pool of N
+//!    serves a steady stream without an autoscaler;
+//! 2. the dry pool (not for the floor): a pool of 5, 10 claims at once (none released); the
+//!    time from issuing them to the first Pod that was not in the pool being Ready.
+//!
+//! With `MOONIN_BENCH_RAMP=1` ([`ramp`]), each system instead climbs the rates of
+//! `MOONIN_BENCH_RAMP_RATES` (default 2,5,10,20,40,80,160,320), step 1 above for each, until
+//! its first step whose bind p99 is 1 s or more (or whose claims were not all created and
+//! bound); the report gives each system's highest passing rate, and Moonin's ÷ the floor's
+//! (goal ≥ 0.8) and ÷ agent-sandbox's (goal ≥ 2). `MOONIN_BENCH_RATES` and the dry pool are
+//! not run then.
 //!
 //! Latency is measured in this process from the claim's create call *returning* to the
-//! arrival of the first watch event showing the claim bound (Moonin: `status.phase ==
-//! Bound`; agent-sandbox: `Ready=True` and `status.sandbox.name` set). The create round trip
-//! is printed separately. Pods are counted from ADDED events (distinct UIDs) of a Pod watch
-//! on the namespace.
+//! arrival of the first watch event showing the claim bound (Moonin and the floor:
+//! `status.phase == Bound`; agent-sandbox: `Ready=True` and `status.sandbox.name` set). The
+//! create round trip is printed separately. Pods are counted from ADDED events (distinct
+//! UIDs) of a Pod watch on the namespace.
 //!
 //! ```sh
 //! e2e/cluster up && eval "$(e2e/cluster env)"
 //! cargo bench --bench claim_latency
 //! MOONIN_BENCH_POOL=20 MOONIN_BENCH_SECONDS=10 MOONIN_BENCH_RATES=20,50 cargo bench --bench claim_latency
-//! MOONIN_BENCH_SYSTEMS=moonin cargo bench --bench claim_latency   # one system only
+//! MOONIN_BENCH_SYSTEMS=moonin,floor cargo bench --bench claim_latency   # some systems only
+//! MOONIN_BENCH_RAMP=1 MOONIN_BENCH_SECONDS=30 cargo bench --bench claim_latency   # the ceiling
+//! MOONIN_BENCH_RAMP=1 MOONIN_BENCH_RAMP_RATES=10,15,20,30 cargo bench --bench claim_latency
 //! ```
 //!
 //! Without `--bench` (how `cargo test --all-targets` runs it) it only says how to run it.
 
+mod floor;
 mod phases;
+mod ramp;
 mod report;
 #[allow(dead_code)]
 #[path = "../shared/mod.rs"]
@@ -40,11 +59,12 @@ mod watch;
 use std::{process::ExitCode, time::Duration};
 
 use phases::{SystemResult, measure_system};
+use ramp::{RAMP_RATES, print_ramp};
 use report::print_report;
 // The harness and the shared modules reach the tests' helpers as `crate::common`.
 use shared::{
     common, harness,
-    params::{command_line, positive},
+    params::{command_line, flag, positive},
     plane,
     report::progress,
 };
@@ -61,44 +81,59 @@ struct Params {
     pool: usize,
     seconds: u64,
     rates: Vec<u32>,
+    /// `MOONIN_BENCH_RAMP`: the ramp's rates, in order, instead of `rates` and the dry pool.
+    ramp: Option<Vec<u32>>,
     systems: Vec<System>,
     /// How long to wait for other managers / agent-sandbox to go away first.
     quiet_secs: u64,
 }
 
+/// The rates of `name`, positive integers separated by commas (`none`: no rate), `default`
+/// when it is not set.
+fn rate_list(name: &str, default: &[u32]) -> Result<Vec<u32>, String> {
+    match std::env::var(name) {
+        Err(_) => Ok(default.to_vec()),
+        Ok(v) if v.trim() == "none" => Ok(Vec::new()),
+        Ok(v) => v
+            .split(',')
+            .map(|r| match r.trim().parse::<u32>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(format!(
+                    "{name}={v:?}: expected positive integers separated by commas"
+                )),
+            })
+            .collect(),
+    }
+}
+
 impl Params {
     fn from_env() -> Result<Self, String> {
-        let rates = match std::env::var("MOONIN_BENCH_RATES") {
-            Err(_) => vec![20, 50],
-            // Only the dry-pool phase.
-            Ok(v) if v.trim() == "none" => Vec::new(),
-            Ok(v) => v
-                .split(',')
-                .map(|r| match r.trim().parse::<u32>() {
-                    Ok(n) if n > 0 => Ok(n),
-                    _ => Err(format!(
-                        "MOONIN_BENCH_RATES={v:?}: expected positive integers separated by commas"
-                    )),
-                })
-                .collect::<Result<_, _>>()?,
-        };
         let systems = match std::env::var("MOONIN_BENCH_SYSTEMS") {
-            Err(_) => vec![System::Moonin, System::AgentSandbox],
-            Ok(v) => v
-                .split(',')
-                .map(|s| match s.trim() {
-                    "moonin" => Ok(System::Moonin),
-                    "agent-sandbox" => Ok(System::AgentSandbox),
-                    other => Err(format!(
-                        "MOONIN_BENCH_SYSTEMS: {other:?} is not moonin or agent-sandbox"
-                    )),
-                })
-                .collect::<Result<_, _>>()?,
+            Err(_) => vec![System::Moonin, System::AgentSandbox, System::Floor],
+            Ok(v) => {
+                v.split(',')
+                    .map(|s| {
+                        let all = [System::Moonin, System::AgentSandbox, System::Floor];
+                        all.into_iter().find(|x| x.key() == s.trim()).ok_or_else(|| {
+                        format!(
+                            "MOONIN_BENCH_SYSTEMS: {s:?} is not moonin, agent-sandbox or floor"
+                        )
+                    })
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+        };
+        let ramp = if flag("MOONIN_BENCH_RAMP", false)? {
+            Some(rate_list("MOONIN_BENCH_RAMP_RATES", &RAMP_RATES)?)
+        } else {
+            None
         };
         Ok(Self {
             pool: positive("MOONIN_BENCH_POOL", 200)? as usize,
             seconds: positive("MOONIN_BENCH_SECONDS", 60)?,
-            rates,
+            // `none`: only the dry-pool phase.
+            rates: rate_list("MOONIN_BENCH_RATES", &[20, 50])?,
+            ramp,
             systems,
             quiet_secs: positive("MOONIN_BENCH_QUIET_WAIT_SECS", 300)?,
         })
@@ -111,6 +146,8 @@ impl Params {
                 "MOONIN_BENCH_POOL",
                 "MOONIN_BENCH_SECONDS",
                 "MOONIN_BENCH_RATES",
+                "MOONIN_BENCH_RAMP",
+                "MOONIN_BENCH_RAMP_RATES",
                 "MOONIN_BENCH_SYSTEMS",
                 "MOONIN_BENCH_QUIET_WAIT_SECS",
             ],
@@ -128,13 +165,16 @@ async fn run() -> ExitCode {
     };
     progress(&format!(
         "pool {}, {} s per rate, rates {:?}, systems {:?}",
-        p.pool, p.seconds, p.rates, p.systems
+        p.pool,
+        p.seconds,
+        p.ramp.as_ref().unwrap_or(&p.rates),
+        p.systems
     ));
     let mut results = Vec::new();
     for &system in &p.systems {
         wait_for_quiet(&p).await;
         let r = match system {
-            System::Moonin => {
+            System::Moonin | System::Floor => {
                 harness::install_crds(&client).await;
                 measure_system(&client, system, &p).await
             }
@@ -156,7 +196,11 @@ async fn run() -> ExitCode {
         };
         results.push((system, r));
     }
-    print_report(&p, &results);
+    if p.ramp.is_some() {
+        print_ramp(&p, &results);
+    } else {
+        print_report(&p, &results);
+    }
     let failed = results.iter().any(|(_, r)| !r.errors.is_empty());
     if failed {
         ExitCode::from(3)

@@ -1,5 +1,5 @@
 //! The phases of one system's run: claims at a steady rate against a warm pool, then a pool
-//! running dry.
+//! running dry (or, with `MOONIN_BENCH_RAMP`, the rates of [`crate::ramp`]).
 
 use std::{
     collections::HashMap,
@@ -11,12 +11,14 @@ use kube::{Client, api::PostParams};
 
 use crate::{
     POLL, Params,
+    floor::Binder,
+    ramp,
     shared::{
         report::progress,
         stats::{Stats, ms, stats},
         wait,
     },
-    system::{Stage, System, writes},
+    system::{Stage, System},
     watch::{Seen, Shared, spawn_watches, watches_synced},
 };
 
@@ -58,7 +60,8 @@ impl RateResult {
     }
 }
 
-async fn rate_phase(
+/// One rate against a fresh pool in a fresh namespace.
+pub async fn rate_phase(
     client: &Client,
     system: System,
     p: &Params,
@@ -97,10 +100,11 @@ async fn rate_in(
     ));
     tokio::time::sleep(Duration::from_secs(2)).await;
     let pool_pods = seen.lock().expect("seen").pods.len();
-    let writes_before = writes(stage.metrics).await;
+    let writes_before = stage.writes().await;
 
     let n = (u64::from(rate) * p.seconds) as usize;
-    let (sent, span) = issue_claims(client, system, &ns, rate, n).await;
+    let binder = stage.floor.as_ref().map(|f| f.binder());
+    let (sent, span) = issue_claims(client, system, &ns, (rate, n), binder).await;
     let ok: Vec<String> = sent
         .iter()
         .filter(|(_, (_, r))| r.is_ok())
@@ -125,7 +129,7 @@ async fn rate_in(
         progress(&format!("{}: after the run: {e}", system.label()));
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let writes_after = writes(stage.metrics).await;
+    let writes_after = stage.writes().await;
     for t in tasks {
         t.abort();
     }
@@ -157,13 +161,14 @@ struct Run {
 type Sent = (Instant, Result<Instant, String>);
 
 /// Claims at `rate` per second, `n` of them, each created by its own task at its own
-/// instant; what was sent, and how long issuing took (seconds).
+/// instant (and handed to the floor's `binder` once created, when the floor runs); what was
+/// sent, and how long issuing took (seconds).
 async fn issue_claims(
     client: &Client,
     system: System,
     ns: &str,
-    rate: u32,
-    n: usize,
+    (rate, n): (u32, usize),
+    binder: Option<Binder>,
 ) -> (HashMap<String, Sent>, f64) {
     let claims = system.claims(client, ns);
     let sent: Arc<Mutex<HashMap<String, Sent>>> = Arc::default();
@@ -171,14 +176,20 @@ async fn issue_claims(
     let mut handles = Vec::with_capacity(n);
     for i in 0..n {
         tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / f64::from(rate))).await;
-        let (claims, sent) = (claims.clone(), sent.clone());
+        let (claims, sent, binder) = (claims.clone(), sent.clone(), binder.clone());
         let name = format!("c{i:05}");
         handles.push(tokio::spawn(async move {
             let issued = Instant::now();
             let r = claims
                 .create(&PostParams::default(), &system.claim(&name))
                 .await
-                .map(|_| Instant::now())
+                .map(|created| {
+                    let returned = Instant::now();
+                    if let Some(b) = &binder {
+                        b.claimed(&created);
+                    }
+                    returned
+                })
                 .map_err(|e| e.to_string());
             sent.lock().expect("sent").insert(name, (issued, r));
         }));
@@ -308,10 +319,16 @@ pub struct SystemResult {
     pub rates: Vec<RateResult>,
     pub dry: Option<DryResult>,
     pub errors: Vec<String>,
+    /// The ramp's first failing step: its rate and why it failed.
+    pub ramp_stop: Option<(u32, String)>,
 }
 
-/// Every rate, then the dry pool, for one system.
+/// Every rate, then the dry pool (not for the floor: it has no autoscaler), for one
+/// system; or, with `MOONIN_BENCH_RAMP`, the ramp.
 pub async fn measure_system(client: &Client, system: System, p: &Params) -> SystemResult {
+    if let Some(rates) = &p.ramp {
+        return ramp::climb(client, system, p, rates).await;
+    }
     let mut r = SystemResult::default();
     for &rate in &p.rates {
         progress(&format!(
@@ -326,6 +343,9 @@ pub async fn measure_system(client: &Client, system: System, p: &Params) -> Syst
                 r.errors.push(format!("{rate}/s: {e}"));
             }
         }
+    }
+    if system == System::Floor {
+        return r;
     }
     progress(&format!(
         "{}: dry pool ({DRY_POOL} Pods, {DRY_CLAIMS} claims at once)",

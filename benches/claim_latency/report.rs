@@ -1,4 +1,5 @@
-//! The report: one table per rate, Moonin beside agent-sandbox, and the dry pool.
+//! The report: one table per rate, Moonin beside agent-sandbox and the floor, and the dry
+//! pool.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +31,7 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
 fn print_rate(p: &Params, rate: u32, results: &BTreeMap<&'static str, &RateResult>) {
     let m = results.get(System::Moonin.label()).copied();
     let a = results.get(System::AgentSandbox.label()).copied();
+    let fl = results.get(System::Floor.label()).copied();
     println!();
     println!(
         "### {rate} claims/s for {} s, warm pool of {} Pods",
@@ -37,16 +39,25 @@ fn print_rate(p: &Params, rate: u32, results: &BTreeMap<&'static str, &RateResul
     );
     println!();
     println!(
-        "| figure | {} | {} | Moonin / agent-sandbox |",
+        "| figure | {} | {} | {} | Moonin / agent-sandbox | Moonin / floor |",
         System::Moonin.label(),
-        System::AgentSandbox.label()
+        System::AgentSandbox.label(),
+        System::Floor.label()
     );
-    println!("|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     let cell =
         |r: Option<&RateResult>, g: &dyn Fn(&RateResult) -> String| r.map_or("not run".into(), g);
     let row = |name: &str, g: &dyn Fn(&RateResult) -> String, num: Option<RateFigure>| {
-        let rat = num.map_or(String::new(), |n| ratio(m.and_then(n), a.and_then(n)));
-        println!("| {name} | {} | {} | {rat} |", cell(m, g), cell(a, g));
+        let (ra, rf) = num.map_or((String::new(), String::new()), |n| {
+            let mn = m.and_then(n);
+            (ratio(mn, a.and_then(n)), ratio(mn, fl.and_then(n)))
+        });
+        println!(
+            "| {name} | {} | {} | {} | {ra} | {rf} |",
+            cell(m, g),
+            cell(a, g),
+            cell(fl, g)
+        );
     };
     row(
         "claims created / bound / create errors",
@@ -110,6 +121,9 @@ fn print_rate(p: &Params, rate: u32, results: &BTreeMap<&'static str, &RateResul
         None,
     );
     print_goal(p, m, a);
+    if let Some(e) = fl.and_then(|r| r.first_error.as_ref()) {
+        println!("floor: first create error: {e}");
+    }
 }
 
 /// Whether Moonin met the goals at this rate, and the first create error of each system.
@@ -151,7 +165,7 @@ pub fn print_report(p: &Params, results: &[(System, SystemResult)]) {
     println!();
     println!("{GATE}.");
     println!(
-        "Latency: from the create call returning in this process to the first watch event showing the claim bound. Each claim is deleted as soon as it is seen bound (Moonin: `recyclePolicy: Replace` replaces its Pod; agent-sandbox: the adopted Sandbox is deleted, the warm pool has already replenished), so 1.0 Pods per claim is exact, not over-creation. Writes: Moonin's `moonin_api_writes_total`; agent-sandbox's `rest_client_requests_total` POST/PUT/PATCH/DELETE when its metrics endpoint answers over plain HTTP, else n/a."
+        "Latency: from the create call returning in this process to the first watch event showing the claim bound. Each claim is deleted as soon as it is seen bound (Moonin: `recyclePolicy: Replace` replaces its Pod; agent-sandbox: the adopted Sandbox is deleted, the warm pool has already replenished), so 1.0 Pods per claim is exact, not over-creation. Writes: Moonin's `moonin_api_writes_total` (its `Bound` Events are not counted); agent-sandbox's `rest_client_requests_total` POST/PUT/PATCH/DELETE when its metrics endpoint answers over plain HTTP, else n/a; the floor's (no controller runs: this benchmark binds Moonin claims itself, see `benches/claim_latency/floor.rs`), the writes it makes in the controller's place — the Pod patch, the claim's status, the Pod delete and the replacement's create, 4 per claim when none is retried. The claim's create, the client's write, is counted in no column: the floor makes 5 writes per claim in all."
     );
     for &rate in &p.rates {
         let mut by: BTreeMap<&'static str, &RateResult> = BTreeMap::new();

@@ -1,5 +1,6 @@
-//! The two systems under test, Moonin and agent-sandbox: their objects, their controllers
-//! (started, found, counted), and a stage per phase (a namespace, the pool, Moonin's manager).
+//! The systems under test, Moonin, agent-sandbox and the floor (this process in the
+//! controller's place, [`crate::floor`]): their objects, their controllers (started, found,
+//! counted), and a stage per phase (a namespace, the pool, Moonin's manager or the floor).
 
 use std::{
     net::SocketAddr,
@@ -17,6 +18,7 @@ use serde_json::{Value, json};
 
 use crate::{
     POLL, Params,
+    floor::Floor,
     shared::{
         common,
         harness::{self, Manager, TestNamespace},
@@ -38,6 +40,9 @@ const AS_VERSION: &str = "v1beta1";
 pub enum System {
     Moonin,
     AgentSandbox,
+    /// No controller: this benchmark makes the API calls of a bind and a replacement
+    /// itself ([`crate::floor`]), against Moonin's claims.
+    Floor,
 }
 
 impl System {
@@ -45,43 +50,55 @@ impl System {
         match self {
             System::Moonin => "Moonin",
             System::AgentSandbox => "agent-sandbox v0.5.6",
+            System::Floor => "floor (no controller)",
+        }
+    }
+
+    /// How `MOONIN_BENCH_SYSTEMS` names it.
+    pub fn key(self) -> &'static str {
+        match self {
+            System::Moonin => "moonin",
+            System::AgentSandbox => "agent-sandbox",
+            System::Floor => "floor",
         }
     }
 
     pub fn claims(self, client: &Client, ns: &str) -> Api<DynamicObject> {
         match self {
-            System::Moonin => harness::moonin_api(client, "SandboxClaim", ns),
+            System::Moonin | System::Floor => harness::moonin_api(client, "SandboxClaim", ns),
             System::AgentSandbox => as_api(client, ns, "SandboxClaim", "sandboxclaims"),
         }
     }
 
-    /// The pool object and the status field that counts its idle, Ready sandboxes.
+    /// The pool object and the status field that counts its idle, Ready sandboxes (the
+    /// floor has none: it counts its own).
     pub fn pool(
         self,
         client: &Client,
         ns: &str,
-    ) -> (Api<DynamicObject>, &'static str, &'static str) {
+    ) -> Option<(Api<DynamicObject>, &'static str, &'static str)> {
         match self {
-            System::Moonin => (
+            System::Moonin => Some((
                 harness::moonin_api(client, "SandboxPool", ns),
-                "bench-a",
+                POOL,
                 "idleReplicas",
-            ),
-            System::AgentSandbox => (
+            )),
+            System::AgentSandbox => Some((
                 as_api(client, ns, "SandboxWarmPool", "sandboxwarmpools"),
                 "bench",
                 "readyReplicas",
-            ),
+            )),
+            System::Floor => None,
         }
     }
 
     pub fn claim(self, name: &str) -> DynamicObject {
         let v = match self {
-            System::Moonin => json!({
+            System::Moonin | System::Floor => json!({
                 "apiVersion": "moonin.io/v1alpha1",
                 "kind": "SandboxClaim",
                 "metadata": {"name": name},
-                "spec": {"poolRef": {"name": "bench-a"}}
+                "spec": {"poolRef": {"name": POOL}}
             }),
             System::AgentSandbox => json!({
                 "apiVersion": format!("{AS_GROUP}/{AS_VERSION}"),
@@ -96,7 +113,7 @@ impl System {
     pub fn is_bound(self, claim: &DynamicObject) -> bool {
         let status = &claim.data["status"];
         match self {
-            System::Moonin => status["phase"] == "Bound",
+            System::Moonin | System::Floor => status["phase"] == "Bound",
             System::AgentSandbox => {
                 status["sandbox"]["name"]
                     .as_str()
@@ -119,12 +136,19 @@ fn as_api(client: &Client, ns: &str, kind: &str, plural: &str) -> Api<DynamicObj
     )
 }
 
-/// The sandbox container: what every Pod of every pool runs (kwok runs none of it).
-fn container() -> Value {
+/// The name of Moonin's pool (`<env>-<member>`), which the floor's Pods and claims name too.
+pub const POOL: &str = "bench-a";
+
+/// The Pod template of every pool: Moonin's SandboxEnv member, agent-sandbox's
+/// SandboxTemplate and the floor's Pods (kwok runs none of its container).
+pub fn pod_template() -> Value {
     json!({
-        "name": "sandbox",
-        "image": "registry.example/sandbox:1",
-        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}
+        "metadata": {"labels": {"app": "sandbox"}},
+        "spec": {"containers": [{
+            "name": "sandbox",
+            "image": "registry.example/sandbox:1",
+            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}
+        }]}
     })
 }
 
@@ -219,11 +243,12 @@ pub async fn wait_for_quiet(p: &Params) {
 // One system's setup: its namespace, its controller, its pool.
 
 /// A namespace with the system's pool in it; for Moonin, its own manager (dropped before
-/// what it runs as).
+/// what it runs as); for the floor, the floor's cache of Pods and its counters.
 pub struct Stage {
     pub system: System,
     pub ns: TestNamespace,
     pub moonin: Option<(Manager, ManagerSeat)>,
+    pub floor: Option<Floor>,
     /// Where the controller's write counters are read.
     pub metrics: Option<SocketAddr>,
 }
@@ -233,28 +258,40 @@ impl Stage {
         let short = match system {
             System::Moonin => "m",
             System::AgentSandbox => "as",
+            System::Floor => "f",
         };
         let mut ns = TestNamespace::new(client, &format!("bench-claim-{short}-{prefix}")).await;
-        let (moonin, metrics) = match system {
+        let (mut moonin, mut floor, mut metrics) = (None, None, None);
+        match system {
             System::Moonin => {
                 let seat = ManagerSeat::new(&mut ns, &[]);
                 let m = seat.start("sandbox", &[]).await;
                 wait_until_leading(m.addr, Instant::now() + Duration::from_secs(60)).await?;
-                let addr = m.addr;
-                (Some((m, seat)), Some(addr))
+                metrics = Some(m.addr);
+                moonin = Some((m, seat));
             }
-            System::AgentSandbox => (None, agent_sandbox_metrics()),
-        };
+            System::AgentSandbox => metrics = agent_sandbox_metrics(),
+            System::Floor => floor = Some(Floor::start(client, &ns.name)),
+        }
         Ok(Stage {
             system,
             ns,
             moonin,
+            floor,
             metrics,
         })
     }
 
     pub fn name(&self) -> &str {
         &self.ns.name
+    }
+
+    /// The API writes the controller under test (or the floor in its place) has sent so far.
+    pub async fn writes(&self) -> Option<f64> {
+        match &self.floor {
+            Some(f) => Some(f.writes() as f64),
+            None => writes(self.metrics).await,
+        }
     }
 
     /// Creates the pool of `size` Pods. `grows`: Moonin's pool is in an autoscaling group
@@ -279,10 +316,7 @@ impl Stage {
                         "spec": {
                             "replicas": size,
                             "recyclePolicy": "Replace",
-                            "template": {
-                                "metadata": {"labels": {"app": "sandbox"}},
-                                "spec": {"containers": [container()]}
-                            }
+                            "template": pod_template()
                         }
                     }]}]}
                 });
@@ -307,10 +341,7 @@ impl Stage {
                     "apiVersion": format!("{AS_GROUP}/{AS_VERSION}"),
                     "kind": "SandboxTemplate",
                     "metadata": {"name": "bench"},
-                    "spec": {"podTemplate": {
-                        "metadata": {"labels": {"app": "sandbox"}},
-                        "spec": {"containers": [container()]}
-                    }}
+                    "spec": {"podTemplate": pod_template()}
                 }))
                 .expect("template");
                 as_api(client, ns, "SandboxTemplate", "sandboxtemplates")
@@ -329,26 +360,36 @@ impl Stage {
                     .await
                     .map_err(|e| format!("creating the SandboxWarmPool: {e}"))?;
             }
+            System::Floor => {
+                let floor = self.floor.as_ref().expect("the floor's stage has a floor");
+                floor.create_pool(size).await?;
+            }
         }
         Ok(())
     }
 
-    /// Waits until the pool reports `size` idle, Ready sandboxes and the watch sees as many
-    /// Ready Pods; returns how long filling took.
+    /// Waits until the pool reports `size` idle, Ready sandboxes (the floor: its cache
+    /// holds as many) and the watch sees as many Ready Pods.
     pub async fn pool_full(
         &self,
         client: &Client,
         seen: &Shared,
         size: usize,
     ) -> Result<(), String> {
-        let (api, name, field) = self.system.pool(client, self.name());
+        let pool = self.system.pool(client, self.name());
         wait::until(
             &format!("{size} idle, Ready sandboxes in the pool"),
             Instant::now() + Duration::from_secs(120 + size as u64),
             POLL,
             || async {
-                let pool = api.get(name).await.ok()?;
-                let n = pool.data["status"][field].as_u64().unwrap_or(0) as usize;
+                let n = match (&pool, &self.floor) {
+                    (Some((api, name, field)), _) => {
+                        let pool = api.get(name).await.ok()?;
+                        pool.data["status"][*field].as_u64().unwrap_or(0) as usize
+                    }
+                    (None, Some(floor)) => floor.idle(),
+                    (None, None) => 0,
+                };
                 (n >= size && seen.lock().expect("seen").live_ready() >= size).then_some(())
             },
         )
@@ -374,6 +415,18 @@ impl Stage {
                     .await;
                 let _ = as_api(client, &ns, "SandboxWarmPool", "sandboxwarmpools")
                     .delete("bench", &dp)
+                    .await;
+            }
+            System::Floor => {
+                // Its binds in flight finish first; then nothing replaces a deleted Pod.
+                if let Some(floor) = self.floor.take() {
+                    floor.stop().await;
+                }
+                let _ = harness::moonin_api(client, "SandboxClaim", &ns)
+                    .delete_collection(&dp, &ListParams::default())
+                    .await;
+                let _ = Api::<Pod>::namespaced(client.clone(), &ns)
+                    .delete_collection(&dp, &ListParams::default())
                     .await;
             }
         }

@@ -36,6 +36,8 @@ pub struct Memory {
     pub history: Histories,
     /// Claims seen per Pool in the claim history's open slot.
     pub arrivals: Arrivals,
+    /// When each Pool's status was last written.
+    pub status_writes: StatusWrites,
     /// Names for new sandbox Pods.
     pub names: PodNames,
     /// Reconciles that failed on a refusal, per object (`Kind ns/name`).
@@ -264,6 +266,33 @@ impl Histories {
     }
 }
 
+/// How often a Pool's counts and conditions alone are written: a change of nothing else
+/// waits until this long after the Pool's last status write, so a busy Pool costs at most
+/// one status write per interval however fast claims come and go (and a replacement Pod
+/// that is Ready within it never flips `Ready` in the status at all).
+pub const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// When this process last wrote each Pool's (`ns/name`) status.
+#[derive(Default)]
+pub struct StatusWrites {
+    at: Mutex<HashMap<String, Instant>>,
+}
+
+impl StatusWrites {
+    /// How long a write of only counts and conditions must still wait at `now` (`None`:
+    /// it may be written now).
+    pub fn wait(&self, pool: &str, now: Instant) -> Option<std::time::Duration> {
+        let last = *lock(&self.at).get(pool)?;
+        let since = now.saturating_duration_since(last);
+        (since < STATUS_INTERVAL).then(|| STATUS_INTERVAL - since)
+    }
+
+    /// The status of `pool` was written at `now`.
+    pub fn wrote(&self, pool: &str, now: Instant) {
+        lock(&self.at).insert(pool.to_string(), now);
+    }
+}
+
 /// The claims each Pool (`ns/name`) received since its claim history's open slot started,
 /// by UID with their creation time: a claim deleted before its slot closes is still
 /// counted. Entries older than the open slot are dropped.
@@ -485,5 +514,17 @@ mod tests {
         // The open slot moved to 110: "a" is forgotten.
         assert_eq!(a.observe("ns/p", [], t(110)), vec![t(120)]);
         assert!(a.observe("ns/other", [], t(0)).is_empty());
+    }
+
+    #[test]
+    fn counts_wait_out_the_interval_after_a_status_write() {
+        let w = StatusWrites::default();
+        let t0 = Instant::now();
+        assert_eq!(w.wait("ns/p", t0), None, "never written");
+        w.wrote("ns/p", t0);
+        let half = STATUS_INTERVAL / 2;
+        assert_eq!(w.wait("ns/p", t0 + half), Some(STATUS_INTERVAL - half));
+        assert_eq!(w.wait("ns/p", t0 + STATUS_INTERVAL), None);
+        assert_eq!(w.wait("ns/other", t0), None);
     }
 }

@@ -105,7 +105,21 @@ async fn report(
     let changed = pool::status_changed(&current, generation, plan.counts, &next, auto_status)
         || history.is_some();
     let mut retry = writes.retry || autoscaled.is_some_and(|a| a.resized.retry);
+    // Counts and conditions alone wait out the interval since the last status write; the
+    // autoscaler's part, a new generation and a refused create are written at once.
+    let key = load::pool_key(pool);
+    let urgent = autoscaled.is_some_and(|a| {
+        current.auto_scaling.as_ref() != Some(&a.decision.status) || !a.decision.events.is_empty()
+    }) || history.is_some()
+        || current.observed_generation != generation
+        || create_error.is_some();
+    let deferred = (changed && !urgent)
+        .then(|| ctx.memory.status_writes.wait(&key, now.mono))
+        .flatten();
     let written = if !changed {
+        true
+    } else if deferred.is_some() {
+        // Nothing of the autoscaler's is waiting to be published.
         true
     } else if ctx.writer.is_leader() {
         let auto = autoscaled.map(|a| AutoScalingWrite {
@@ -114,6 +128,9 @@ async fn report(
             resource_version: a.resized.resource_version.clone(),
         });
         let ok = commit::pool_status(ctx, pool, plan.counts, &next, auto).await;
+        if ok {
+            ctx.memory.status_writes.wrote(&key, now.mono);
+        }
         retry |= !ok;
         ok
     } else {
@@ -124,7 +141,7 @@ async fn report(
     {
         commit::pod_create_failed(&ctx.writer, pool, message).await;
     }
-    let mut next_look = RESYNC;
+    let mut next_look = deferred.map_or(RESYNC, |d| d.max(SOONEST));
     if let Some(a) = autoscaled
         && written
     {

@@ -743,7 +743,12 @@ async fn sigkill_in_the_middle_of_a_scale_down_leaves_no_mark_and_right_counts()
     envs.create(&PostParams::default(), &autoscaled_env("as", 8, group(2)))
         .await
         .expect("env");
-    idle_is(&rig, "as-a", 8).await;
+    // Not `idle_is`: with a 2 s idle timeout the scale-down can start before the Pool's
+    // counts, written at most every `STATUS_INTERVAL`, ever show all 8 idle.
+    wait_for("8 sandbox Pods", Duration::from_secs(60), || async {
+        (pods(&rig).await.len() == 8).then_some(())
+    })
+    .await;
     wait_for("a scale-down mark", Duration::from_secs(30), || async {
         (audit.marks_seen() > 0).then_some(())
     })

@@ -14,7 +14,8 @@ use moonin::api::sandbox::{
 };
 use moonin::sandbox::autoscaler::{
     Admission, ForecastInput, InFlight, PodState, PoolPod, PoolView, QueueStats, Recommendation,
-    RecommendationHistory, ScaleDownMark, Snapshot, decide, forecast::Geometry,
+    RecommendationHistory, ScaleDownMark, Snapshot, decide,
+    forecast::{self, Geometry},
 };
 
 use crate::trace::{Rng, Trace};
@@ -181,11 +182,7 @@ impl Pool {
         let pods = self.pods.iter().map(|p| self.pool_pod(p)).collect();
         let forecast = predictive.map(|policy| {
             let geometry = Geometry::of(policy);
-            let since = match (&geometry, &self.history) {
-                (Ok(g), Some(h)) if g.built(h) => h.open_slot_start.0,
-                (Ok(g), _) => g.slot_at(self.now).start,
-                (Err(_), _) => self.now,
-            };
+            let since = forecast::counting_since(&geometry, self.history.as_ref(), self.now);
             ForecastInput {
                 geometry,
                 enabled: policy.enabled,

@@ -13,7 +13,7 @@ use kube::{
 };
 
 use super::admission;
-use super::autoscaler::forecast::Geometry;
+use super::autoscaler::forecast::{self, Geometry};
 use super::autoscaler::{
     self, ForecastInput, PodState, PoolPod, PoolView, QueueStats, ScaleDownMark, SiblingPool,
     Snapshot,
@@ -387,11 +387,7 @@ fn forecast_input(
 ) -> ForecastInput {
     let geometry = Geometry::of(policy);
     let history = pool.status.as_ref().and_then(|s| s.claim_history.clone());
-    let since = match (&geometry, &history) {
-        (Ok(g), Some(h)) if g.built(h) => h.open_slot_start.0,
-        (Ok(g), _) => g.slot_at(load.now.wall).start,
-        (Err(_), _) => load.now.wall,
-    };
+    let since = forecast::counting_since(&geometry, history.as_ref(), load.now.wall);
     let uids: Vec<(String, Timestamp)> = claims
         .iter()
         .filter_map(|c| Some((c.uid()?, c.creation_timestamp()?.0)))

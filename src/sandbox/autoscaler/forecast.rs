@@ -70,13 +70,9 @@ impl Geometry {
     /// True when a history was built with this geometry (else it starts again).
     pub fn built(&self, h: &ClaimHistory) -> bool {
         i64::from(h.slot_seconds) == self.slot_secs
-            && usize::try_from(h.period_seconds).ok() == Some(self.period_secs_usize())
+            && i64::from(h.period_seconds) == self.period_secs()
             && h.time_zone == self.zone
             && h.expected.len() == self.slots
-    }
-
-    fn period_secs_usize(&self) -> usize {
-        self.slots * usize::try_from(self.slot_secs).unwrap_or(1)
     }
 
     fn period_secs(&self) -> i64 {
@@ -144,6 +140,21 @@ impl Geometry {
             at = until;
         }
         total
+    }
+}
+
+/// Since when a Pool's claims are counted for its history at `now`: the open slot's start
+/// when the history was built with this geometry, else the start of the slot of `now` (a
+/// new history starts there), else `now` (no geometry: nothing is counted).
+pub fn counting_since(
+    geometry: &Result<Geometry, String>,
+    history: Option<&ClaimHistory>,
+    now: Timestamp,
+) -> Timestamp {
+    match (geometry, history) {
+        (Ok(g), Some(h)) if g.built(h) => h.open_slot_start.0,
+        (Ok(g), _) => g.slot_at(now).start,
+        (Err(_), _) => now,
     }
 }
 

@@ -83,6 +83,10 @@ async fn a_pool_grows_ahead_of_a_burst_its_history_predicts() {
         },
         "scaleDownPolicy": {"stabilizationWindowSeconds": 0, "idleTimeoutSeconds": 3, "maxStep": 20}
     });
+    // The history starts in the slot the Pool is created in, and a slot is learnt once:
+    // created in slot 1, the Pool would learn an empty slot 1 before the burst. It is
+    // created at the start of slot 2, so slot 1 is first seen with the burst.
+    until_offset(2 * SLOT).await;
     envs.create(&PostParams::default(), &autoscaled_env("pr", 1, group))
         .await
         .expect("env");

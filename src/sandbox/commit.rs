@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
@@ -60,9 +61,14 @@ pub struct PodWrites {
     pub lost_leadership: bool,
 }
 
-/// Performs a pool plan's Pod writes in order. Refused creates (a template the API server
-/// rejects, a quota, a terminating namespace) back off per Pool: while a refusal is waited
-/// out no create is sent, and one refused create stands for the rest of the round.
+/// How many of one Pool's Pod writes are in flight at once. Each plan op touches its own
+/// Pod (and at most its own claim), so they need no order among themselves.
+const POD_WRITERS: usize = 16;
+
+/// Performs a pool plan's Pod writes, concurrently: binds, releases and deletes at once,
+/// creates beside them. Refused creates (a template the API server rejects, a quota, a
+/// terminating namespace) back off per Pool: while a refusal is waited out no create is
+/// sent, and the first create of a round goes alone, so one refusal stands for the rest.
 pub async fn pod_ops(
     ctx: &Shared,
     pool: &SandboxPool,
@@ -72,69 +78,59 @@ pub async fn pod_ops(
 ) -> PodWrites {
     let backoff = &ctx.memory.refused_creates;
     let generation = pool.metadata.generation;
-    let waiting = if ops.iter().any(|o| matches!(o, PodOp::Create(_))) {
-        backoff.waiting(key, generation, now.mono)
-    } else {
+    let (creates, others): (Vec<&PodOp>, Vec<&PodOp>) =
+        ops.iter().partition(|o| matches!(o, PodOp::Create(_)));
+    let waiting = if creates.is_empty() {
         // Nothing to create: whatever was refused is no longer asked for.
         backoff.succeeded(key);
         None
-    };
-    let mut writes = PodWrites {
-        create_error: waiting.as_ref().map(|w| w.message.clone()),
-        create_retry: waiting.as_ref().map(|w| w.remaining),
-        ..PodWrites::default()
+    } else {
+        backoff.waiting(key, generation, now.mono)
     };
     let writer = PodWriter::new(ctx, pool, key, now);
-    let mut created = false;
-    for op in ops {
-        if !ctx.writer.is_leader() {
-            writes.lost_leadership = true;
-            return writes;
-        }
-        let done = match op {
-            PodOp::Create(_) if writes.create_error.is_some() => true,
-            PodOp::Create(name) => match writer.create(name).await {
-                Ok(made) => {
-                    created |= made;
-                    true
-                }
-                Err(message) => {
-                    let step = backoff.failed(key, generation, now.mono, &message);
-                    if step.counted {
-                        tracing::warn!(pool = %key, error = %message, retry_in_seconds = step.wait.as_secs(), "the API server refused a sandbox Pod");
-                    }
-                    writes.create_retry = Some(step.wait);
-                    writes.create_error = Some(message);
-                    true
-                }
-            },
-            PodOp::Bind {
-                pod,
-                resource_version,
-                ip,
-                claim,
-                claim_uid,
-            } => {
-                let held = (claim.clone(), claim_uid.clone());
-                writer.bind(pod, resource_version, ip, held).await
+    let names: Vec<&str> = match waiting {
+        Some(_) => Vec::new(),
+        None => creates
+            .iter()
+            .filter_map(|o| match o {
+                PodOp::Create(name) => Some(name.as_str()),
+                _ => None,
+            })
+            .collect(),
+    };
+    let (done, made) = futures::join!(writer.each(&others), writer.creates(&names));
+    let mut writes = PodWrites {
+        retry: done.retry,
+        lost_leadership: done.lost_leadership || made.lost_leadership,
+        create_error: waiting.as_ref().map(|w| w.message.clone()),
+        create_retry: waiting.as_ref().map(|w| w.remaining),
+    };
+    match made.refused {
+        Some(message) => {
+            let step = backoff.failed(key, generation, now.mono, &message);
+            if step.counted {
+                tracing::warn!(pool = %key, error = %message, retry_in_seconds = step.wait.as_secs(), "the API server refused a sandbox Pod");
             }
-            PodOp::FinishBind { pod, ip, claim } => writer.bind_claim(claim, pod, ip.clone()).await,
-            PodOp::Unclaim {
-                pod,
-                resource_version,
-            } => writer.unclaim(pod, resource_version).await,
-            PodOp::Delete {
-                pod,
-                uid,
-                resource_version,
-            } => writer.delete(pod, uid, resource_version).await,
-        };
-        writes.retry |= !done;
-    }
-    if created && writes.create_error.is_none() {
-        backoff.succeeded(key);
+            writes.create_retry = Some(step.wait);
+            writes.create_error = Some(message);
+        }
+        None if made.created => backoff.succeeded(key),
+        None => {}
     }
     writes
+}
+
+/// What a batch of Pod writes came to.
+#[derive(Debug, Default)]
+struct Batch {
+    /// A write lost a race or was refused.
+    retry: bool,
+    /// Leadership was lost before a write was sent.
+    lost_leadership: bool,
+    /// A Pod was created.
+    created: bool,
+    /// The API server's message for a refused create.
+    refused: Option<String>,
 }
 
 /// The Pod writes of one Pool reconcile. Each is one guarded write; a method answers
@@ -163,10 +159,90 @@ impl<'a> PodWriter<'a> {
         }
     }
 
+    /// Sends the binds, releases and deletes of a plan, [`POD_WRITERS`] at a time. A write
+    /// is sent only while this replica leads.
+    async fn each(&self, ops: &[&PodOp]) -> Batch {
+        let sends: Vec<_> = ops.iter().map(|op| self.apply(op)).collect();
+        let results: Vec<Option<bool>> = futures::stream::iter(sends)
+            .buffer_unordered(POD_WRITERS)
+            .collect()
+            .await;
+        Batch {
+            retry: results.contains(&Some(false)),
+            lost_leadership: results.iter().any(Option::is_none),
+            ..Batch::default()
+        }
+    }
+
+    /// One bind, release or delete; whether it went through (none: not sent, this replica
+    /// no longer leads).
+    async fn apply(&self, op: &PodOp) -> Option<bool> {
+        if !self.ctx.writer.is_leader() {
+            return None;
+        }
+        let done = match op {
+            // Creates go through [`Self::creates`].
+            PodOp::Create(_) => true,
+            PodOp::Bind {
+                pod,
+                resource_version,
+                ip,
+                claim,
+                claim_uid,
+            } => {
+                let held = (claim.clone(), claim_uid.clone());
+                self.bind(pod, resource_version, ip, held).await
+            }
+            PodOp::FinishBind { pod, ip, claim } => self.bind_claim(claim, pod, ip.clone()).await,
+            PodOp::Unclaim {
+                pod,
+                resource_version,
+            } => self.unclaim(pod, resource_version).await,
+            PodOp::Delete {
+                pod,
+                uid,
+                resource_version,
+            } => self.delete(pod, uid, resource_version).await,
+        };
+        Some(done)
+    }
+
+    /// Creates the Pods `names`: the first alone, the rest [`POD_WRITERS`] at a time once
+    /// it went through. The first refusal's message is the round's.
+    async fn creates(&self, names: &[&str]) -> Batch {
+        let mut batch = Batch::default();
+        let Some((first, rest)) = names.split_first() else {
+            return batch;
+        };
+        for chunk in [std::slice::from_ref(first), rest] {
+            if batch.refused.is_some() || chunk.is_empty() {
+                break;
+            }
+            let sends: Vec<_> = chunk.iter().map(|name| self.create(name)).collect();
+            let results: Vec<Option<Result<bool, String>>> = futures::stream::iter(sends)
+                .buffer_unordered(POD_WRITERS)
+                .collect()
+                .await;
+            for result in results {
+                match result {
+                    None => batch.lost_leadership = true,
+                    Some(Ok(made)) => batch.created |= made,
+                    Some(Err(message)) => {
+                        batch.refused.get_or_insert(message);
+                    }
+                }
+            }
+        }
+        batch
+    }
+
     /// Creates the Pod `name` from the Pool's template, counting it in flight until the
     /// cache shows it. Whether it was created (a name taken already is no error); the API
-    /// server's message when it refused.
-    async fn create(&self, name: &str) -> Result<bool, String> {
+    /// server's message when it refused; none when this replica no longer leads.
+    async fn create(&self, name: &str) -> Option<Result<bool, String>> {
+        if !self.ctx.writer.is_leader() {
+            return None;
+        }
         let in_flight = &self.ctx.memory.in_flight;
         in_flight.creating(self.key, name, self.now.mono);
         let params = PostParams {
@@ -175,7 +251,7 @@ impl<'a> PodWriter<'a> {
         };
         self.ctx.writer.wrote("Pod");
         let pod = new_pod(self.pool, name, self.now.wall);
-        match self.pods.create(&params, &pod).await {
+        Some(match self.pods.create(&params, &pod).await {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => {
@@ -184,7 +260,7 @@ impl<'a> PodWriter<'a> {
                 // so the status does not change from one refusal to the next.
                 Err(pool::without_name(&brief(&e), name))
             }
-        }
+        })
     }
 
     /// A bind, in two guarded writes: the Pod moves from idle to claimed (its

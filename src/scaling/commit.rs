@@ -1,8 +1,8 @@
 //! Commit: performs a [`Plan`]'s writes in order, then the status write, then the Events.
 //!
-//! Every write to someone else's object is a JSON Patch that starts with a `test` of the
-//! `resourceVersion` it was decided on (or a delete with UID and resourceVersion
-//! preconditions). When the object changed in between, the API server refuses the whole
+//! Every write to someone else's object is a JSON Patch that starts with `test` ops on the
+//! fields and annotations it was decided on (or a delete with UID and resourceVersion
+//! preconditions). When one of them changed in between, the API server refuses the whole
 //! patch, nothing is clobbered, and the template is reconciled again from fresh caches.
 
 use std::collections::BTreeMap;
@@ -267,7 +267,8 @@ impl Writer {
         let written = self.write_with_backoff(tpl, &plan.ops).await?;
         let mut status = plan.status.clone();
         decide::record_failures(&mut status, &written.failures, now);
-        if tpl.status() != Some(&status) {
+        let deferred = plan.defer_status && written.failures.is_empty();
+        if !deferred && tpl.status() != Some(&status) {
             self.write_status(&api, tpl, &status).await?;
         }
         // Events last, after every write they report on succeeded; one Event per reason

@@ -1,6 +1,7 @@
 //! Scaling boundary latency (reported in the README's "Scheduled scaling"): N templates ×
 //! M actions whose scheduled windows open at the same instant and close at the same instant,
-//! each action on its own Deployment with its own HPA.
+//! each action on its own Deployment with its own HPA (or, with
+//! `MOONIN_BENCH_AUTOSCALER=scaledobject`, its own KEDA ScaledObject; `e2e/keda start` first).
 //!
 //! Watches in this process time every write from the boundary instant (the arrival of
 //! the first event showing the new value); the manager's own `moonin_api_writes_total`
@@ -10,6 +11,7 @@
 //! e2e/cluster up && eval "$(e2e/cluster env)"
 //! cargo bench --bench boundary_latency
 //! MOONIN_BENCH_TEMPLATES=10 MOONIN_BENCH_ACTIONS=2 cargo bench --bench boundary_latency
+//! e2e/keda start && MOONIN_BENCH_AUTOSCALER=scaledobject cargo bench --bench boundary_latency
 //! ```
 //!
 //! Without `--bench` (how `cargo test --all-targets` runs it) it only says how to run it.
@@ -66,7 +68,37 @@ fn main() -> ExitCode {
     plane::main("boundary_latency", 4, "", run)
 }
 
+/// What scales each benchmark Deployment, and so carries the override.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Carrier {
+    /// An HPA.
+    Hpa,
+    /// A KEDA ScaledObject (KEDA's operator makes its HPA).
+    ScaledObject,
+}
+
+impl Carrier {
+    fn from_env() -> Result<Self, String> {
+        match std::env::var("MOONIN_BENCH_AUTOSCALER").as_deref() {
+            Err(_) | Ok("hpa") => Ok(Carrier::Hpa),
+            Ok("scaledobject") => Ok(Carrier::ScaledObject),
+            Ok(other) => Err(format!(
+                "MOONIN_BENCH_AUTOSCALER={other}: expected hpa or scaledobject"
+            )),
+        }
+    }
+
+    /// The carrier's kind, as the report names it.
+    fn label(self) -> &'static str {
+        match self {
+            Carrier::Hpa => "HPA",
+            Carrier::ScaledObject => "ScaledObject",
+        }
+    }
+}
+
 struct Params {
+    autoscaler: Carrier,
     templates: usize,
     actions: usize,
     setup_secs: i64,
@@ -76,6 +108,7 @@ struct Params {
 impl Params {
     fn from_env() -> Result<Self, String> {
         Ok(Self {
+            autoscaler: Carrier::from_env()?,
             templates: positive("MOONIN_BENCH_TEMPLATES", 100)? as usize,
             actions: positive("MOONIN_BENCH_ACTIONS", 5)? as usize,
             setup_secs: positive("MOONIN_BENCH_SETUP_SECS", 40)? as i64,
@@ -87,7 +120,7 @@ impl Params {
         self.templates * self.actions
     }
 
-    /// Fewest writes a boundary can take: the HPA and the Deployment of every action,
+    /// Fewest writes a boundary can take: the autoscaler and the Deployment of every action,
     /// and one status write per template.
     fn minimum_writes(&self) -> usize {
         2 * self.targets() + self.templates
@@ -103,6 +136,7 @@ impl Params {
         command_line(
             "boundary_latency",
             &[
+                "MOONIN_BENCH_AUTOSCALER",
                 "MOONIN_BENCH_TEMPLATES",
                 "MOONIN_BENCH_ACTIONS",
                 "MOONIN_BENCH_SETUP_SECS",
@@ -167,10 +201,15 @@ async fn print_header(client: &Client, p: &Params) {
     println!();
     println!("- command: `{}`", p.command());
     println!(
-        "- parameters: {} templates × {} actions = {} Deployments (replicas {REPLICAS}), each with its own HPA (min {HPA_MIN}, max {HPA_MAX}); action minReplicas {ACTION_MIN}, maxReplicas {ACTION_MAX}; every template `schedule: \"M H * * *\"`, `timeZone: UTC`, `duration: 1m` (the same minute for all)",
+        "- parameters: {} templates × {} actions = {} Deployments (replicas {REPLICAS}), each with its own {} (min {HPA_MIN}, max {HPA_MAX}); action minReplicas {ACTION_MIN}, maxReplicas {ACTION_MAX}; every template `schedule: \"M H * * *\"`, `timeZone: UTC`, `duration: 1m` (the same minute for all)",
         p.templates,
         p.actions,
-        p.targets()
+        p.targets(),
+        match p.autoscaler {
+            Carrier::Hpa => "HPA",
+            Carrier::ScaledObject =>
+                "KEDA ScaledObject (cron trigger; KEDA's operator makes its HPA)",
+        }
     );
     machine::print_header_lines(&version, " as the manager and this benchmark");
     println!(

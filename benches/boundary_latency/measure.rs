@@ -10,15 +10,16 @@ use std::{
 use futures::{StreamExt, TryStreamExt, stream};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
+use kube::api::DynamicObject;
 use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, PostParams},
 };
-use moonin::api::scaling::ScalingTemplate;
+use moonin::api::{keda::ScaledObject, scaling::ScalingTemplate};
 
 use crate::{
-    CREATE_CONCURRENCY, HPA_MAX, HPA_MIN, POLL, Params, REPLICAS,
-    objects::{deployment, hpa, template},
+    CREATE_CONCURRENCY, Carrier, HPA_MAX, HPA_MIN, POLL, Params, REPLICAS,
+    objects::{deployment, hpa, scaled_object, template},
     probes::{moonin_events, write_floor},
     report::{Leftovers, LogSummary, Report},
     server::{machine_note, rival_managers},
@@ -26,7 +27,7 @@ use crate::{
         harness::Manager, machine::builds, machine::wait_until_quiet, manager as bench_manager,
         manager::ManagerSeat, report::progress, wait,
     },
-    watch::{Latencies, Shared, on_deployment, on_hpa, on_template, spawn_watch},
+    watch::{Latencies, Shared, on_deployment, on_hpa, on_scaled_object, on_template, spawn_watch},
     window::{run_window, start_manager},
 };
 
@@ -34,8 +35,12 @@ use crate::{
 pub struct Targets {
     /// One per action.
     pub deployments: Api<Deployment>,
-    /// One per action, on its Deployment.
+    /// One per action, on its Deployment (HPA runs).
     pub hpas: Api<HorizontalPodAutoscaler>,
+    /// One per action, on its Deployment (ScaledObject runs).
+    pub scaled_objects: Api<DynamicObject>,
+    /// Which of the two the run creates.
+    pub carrier: Carrier,
     /// One per template.
     pub templates: Api<ScalingTemplate>,
     /// What the watches saw.
@@ -44,14 +49,24 @@ pub struct Targets {
 
 impl Targets {
     /// Watches the namespace's Deployments, HPAs and templates until each listed.
-    async fn watch(client: &Client, ns: &str) -> Result<Self, String> {
+    async fn watch(client: &Client, ns: &str, carrier: Carrier) -> Result<Self, String> {
         let t = Targets {
             deployments: Api::namespaced(client.clone(), ns),
             hpas: Api::namespaced(client.clone(), ns),
+            scaled_objects: crate::shared::harness::scaled_objects(client, ns),
+            carrier,
             templates: Api::namespaced(client.clone(), ns),
             seen: Arc::default(),
         };
-        spawn_watch(t.hpas.clone(), t.seen.clone(), 0, on_hpa);
+        match carrier {
+            Carrier::Hpa => spawn_watch(t.hpas.clone(), t.seen.clone(), 0, on_hpa),
+            Carrier::ScaledObject => spawn_watch(
+                Api::<ScaledObject>::namespaced(client.clone(), ns),
+                t.seen.clone(),
+                0,
+                on_scaled_object,
+            ),
+        };
         spawn_watch(t.deployments.clone(), t.seen.clone(), 1, on_deployment);
         spawn_watch(t.templates.clone(), t.seen.clone(), 2, on_template);
         wait::until(
@@ -83,7 +98,7 @@ pub async fn measure(
 ) -> Result<Report, String> {
     let (ns, identity) = (seat.namespace.as_str(), seat.identity.as_str());
     let names = p.names();
-    let t = Targets::watch(client, ns).await?;
+    let t = Targets::watch(client, ns, p.autoscaler).await?;
 
     // 1. The targets, on a machine as quiet as it gets.
     create_targets(&t, &names).await?;
@@ -92,7 +107,7 @@ pub async fn measure(
     // The API server's write floor on this machine: the same number of writes (one per
     // Deployment and one per HPA, Deployment first), sent by this process as fast as the
     // same in-flight bound allows. Annotation-only, so no controller cascades follow.
-    let floor = write_floor(client, ns, &names).await;
+    let floor = write_floor(&t, &names).await;
     if let Some(f) = &floor {
         progress(&format!(
             "write floor: {} writes, p99 {:.0} ms, all done after {:.0} ms",
@@ -129,7 +144,7 @@ pub async fn measure(
     })
 }
 
-/// Creates a Deployment and its HPA per action, and waits (at most 5 minutes) until every
+/// Creates a Deployment and its autoscaler per action, and waits (at most 5 minutes) until every
 /// Deployment is available.
 async fn create_targets(t: &Targets, names: &[String]) -> Result<(), String> {
     let n = names.len();
@@ -138,18 +153,26 @@ async fn create_targets(t: &Targets, names: &[String]) -> Result<(), String> {
     stream::iter(names.to_vec())
         .map(|name| {
             let (deployments, hpas, pp) = (t.deployments.clone(), t.hpas.clone(), pp.clone());
+            let scaled_objects = t.scaled_objects.clone();
             async move {
                 deployments.create(&pp, &deployment(&name)).await?;
-                hpas.create(&pp, &hpa(&name)).await?;
+                match t.carrier {
+                    Carrier::Hpa => hpas.create(&pp, &hpa(&name)).await.map(|_| ())?,
+                    Carrier::ScaledObject => scaled_objects
+                        .create(&pp, &scaled_object(&name))
+                        .await
+                        .map(|_| ())?,
+                }
                 Ok::<_, kube::Error>(())
             }
         })
         .buffer_unordered(CREATE_CONCURRENCY)
         .try_collect::<Vec<_>>()
         .await
-        .map_err(|e| format!("creating the Deployments and HPAs: {e}"))?;
+        .map_err(|e| format!("creating the Deployments and autoscalers: {e}"))?;
     progress(&format!(
-        "created {n} Deployments and {n} HPAs in {:.1} s",
+        "created {n} Deployments and {n} {}s in {:.1} s",
+        t.carrier.label(),
         started.elapsed().as_secs_f64()
     ));
     let available = wait::until(
@@ -212,6 +235,28 @@ async fn create_templates(t: &Targets, p: &Params, open: Timestamp) -> Result<()
 async fn leftovers(t: &Targets) -> Result<Leftovers, String> {
     let mut not_restored = Vec::new();
     let marked = |a: &BTreeMap<String, String>| a.keys().any(|k| k.starts_with("moonin.io/"));
+    if t.carrier == Carrier::ScaledObject {
+        for so in t
+            .scaled_objects
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            let (min, max) = (
+                so.data["spec"]["minReplicaCount"].as_i64(),
+                so.data["spec"]["maxReplicaCount"].as_i64(),
+            );
+            if min != Some(i64::from(HPA_MIN))
+                || max != Some(i64::from(HPA_MAX))
+                || marked(so.annotations())
+            {
+                not_restored.push(format!(
+                    "ScaledObject {} min {min:?} max {max:?}",
+                    so.name_any()
+                ));
+            }
+        }
+    }
     for h in t
         .hpas
         .list(&ListParams::default())

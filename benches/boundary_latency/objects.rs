@@ -31,6 +31,23 @@ pub fn hpa(name: &str) -> HorizontalPodAutoscaler {
     .expect("hpa")
 }
 
+/// The ScaledObject of target `name`, with the same bounds as [`hpa`]; its cron trigger
+/// never fires, so only the bounds move the Deployment.
+pub fn scaled_object(name: &str) -> kube::api::DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": name},
+        "spec": {
+            "scaleTargetRef": {"name": name},
+            "minReplicaCount": HPA_MIN,
+            "maxReplicaCount": HPA_MAX,
+            "triggers": [{"type": "cron", "metadata": {"timezone": "Etc/UTC", "start": "0 3 * * *", "end": "0 4 * * *", "desiredReplicas": "3"}}]
+        }
+    }))
+    .expect("scaled object")
+}
+
 /// Template `index` with `actions` actions, each on its own target, whose window opens at
 /// `open` and lasts a minute.
 pub fn template(index: usize, actions: usize, open: Timestamp) -> ScalingTemplate {

@@ -7,7 +7,6 @@ use std::{
 };
 
 use futures::{StreamExt, stream};
-use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
@@ -16,7 +15,8 @@ use moonin::api::scaling::ScalingTemplate;
 use serde_json::json;
 
 use crate::{
-    POLL,
+    Carrier, POLL,
+    measure::Targets,
     shared::{
         report::progress,
         stats::{Stats, stats},
@@ -24,24 +24,30 @@ use crate::{
     },
 };
 
-/// Sends a merge patch of one annotation to every target's Deployment and then its HPA,
-/// with at most [`moonin::scaling::commit::MAX_IN_FLIGHT`] requests in flight, all started
-/// at one instant; the time from that instant to each write's response.
-pub async fn write_floor(client: &Client, ns: &str, names: &[String]) -> Option<Stats> {
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), ns);
+/// Sends a merge patch of one annotation to every target's Deployment and then its
+/// autoscaler (HPA or ScaledObject), with at most
+/// [`moonin::scaling::commit::MAX_IN_FLIGHT`] requests in flight, all started at one
+/// instant; the time from that instant to each write's response.
+pub async fn write_floor(t: &Targets, names: &[String]) -> Option<Stats> {
+    let (deployments, hpas, scaled_objects) = (&t.deployments, &t.hpas, &t.scaled_objects);
     let patch = Patch::Merge(json!({"metadata": {"annotations": {"bench/floor": "1"}}}));
     let pp = PatchParams::default();
     let start = Instant::now();
     let times: Vec<f64> = stream::iter(names)
         .map(|name| {
-            let (deployments, hpas, patch, pp) = (&deployments, &hpas, &patch, &pp);
+            let (patch, pp) = (&patch, &pp);
             async move {
                 let mut out = Vec::new();
                 if deployments.patch(name, pp, patch).await.is_ok() {
                     out.push(start.elapsed().as_secs_f64() * 1000.0);
                 }
-                if hpas.patch(name, pp, patch).await.is_ok() {
+                let carrier = match t.carrier {
+                    Carrier::Hpa => hpas.patch(name, pp, patch).await.map(|_| ()),
+                    Carrier::ScaledObject => {
+                        scaled_objects.patch(name, pp, patch).await.map(|_| ())
+                    }
+                };
+                if carrier.is_ok() {
                     out.push(start.elapsed().as_secs_f64() * 1000.0);
                 }
                 out

@@ -111,6 +111,13 @@ pub struct Report {
     pub events: (usize, i64, BTreeMap<String, i64>),
 }
 
+/// The goal for an edge's p99 ÷ the floor's.
+const FLOOR_GOAL: f64 = 1.2;
+/// The goal for an edge's writes ÷ the minimum.
+const WRITES_GOAL: f64 = 1.02;
+/// The goal for conflict retries, in % of an edge's writes.
+const CONFLICT_GOAL_PCT: f64 = 1.0;
+
 /// A counter difference as an integer (never `-0`).
 pub fn count(v: f64) -> i64 {
     v.round() as i64
@@ -119,12 +126,65 @@ pub fn count(v: f64) -> i64 {
 impl Report {
     /// Prints the report (Markdown) on stdout.
     pub fn print(&self, p: &Params) {
+        self.print_edges(p);
         self.print_latencies(p);
         self.print_positions(p);
         self.print_writes(p);
         self.print_server_times();
         self.print_reference();
         self.print_checks();
+    }
+
+    /// The summary: each edge against the floor measured in this run, its writes against
+    /// the minimum, and the conflict retries among them.
+    fn print_edges(&self, p: &Params) {
+        let min = p.minimum_writes() as f64;
+        let floor = self.floor.map(|f| f.p99);
+        println!();
+        println!(
+            "## Edges against the floor ({}; the floor measured in this run)",
+            p.autoscaler.label()
+        );
+        println!();
+        println!(
+            "| edge | p99 ms (target done) | floor p99 ms | ÷ floor (goal ≤ {FLOOR_GOAL}) | writes | minimum | ÷ minimum (goal ≤ {WRITES_GOAL}) | conflict retries | % of writes (goal ≤ {CONFLICT_GOAL_PCT} %) |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|");
+        let l = &self.latencies;
+        for (what, values, b) in [
+            ("open", &l.both_open, &self.window.open),
+            ("close", &l.both_close, &self.window.close),
+        ] {
+            let d = b.settled.minus(&b.before);
+            let writes = d.writes_total();
+            let conflicts = d.errors.get("Conflict").copied().unwrap_or(0.0);
+            let p99 = stats(values.clone()).map(|s| s.p99);
+            let ratio = p99.zip(floor).map(|(m, f)| m / f);
+            println!(
+                "| {what} | {} | {} | {} | {} | {} | {:.3} {} | {} | {:.1} {} |",
+                p99.map_or_else(|| "—".into(), |v| format!("{v:.0}")),
+                floor.map_or_else(|| "—".into(), |v| format!("{v:.0}")),
+                ratio.map_or_else(
+                    || "—".into(),
+                    |r| format!("{r:.2} {}", if r <= FLOOR_GOAL { "met" } else { "MISSED" })
+                ),
+                count(writes),
+                count(min),
+                writes / min,
+                if writes / min <= WRITES_GOAL {
+                    "met"
+                } else {
+                    "MISSED"
+                },
+                count(conflicts),
+                100.0 * conflicts / writes.max(1.0),
+                if 100.0 * conflicts / writes.max(1.0) <= CONFLICT_GOAL_PCT {
+                    "met"
+                } else {
+                    "MISSED"
+                },
+            );
+        }
     }
 
     fn print_latencies(&self, p: &Params) {
@@ -138,13 +198,26 @@ impl Report {
         println!();
         println!("| phase | n | p50 ms | p95 ms | p99 ms | max ms | goal: p99 < {GOAL_MS:.0} ms |");
         println!("|---|---|---|---|---|---|---|");
-        let rows: [(&str, &Vec<f64>); 6] = [
-            ("window open → HPA override", &l.hpa_open),
-            ("window open → Deployment replicas raised", &l.dep_open),
-            ("window open → target done (both writes)", &l.both_open),
-            ("window close → HPA restored", &l.hpa_close),
-            ("window close → Deployment replicas restored", &l.dep_close),
-            ("window close → target done (both writes)", &l.both_close),
+        let kind = p.autoscaler.label();
+        let rows: [(String, &Vec<f64>); 6] = [
+            (format!("window open → {kind} override"), &l.hpa_open),
+            (
+                "window open → Deployment replicas raised".into(),
+                &l.dep_open,
+            ),
+            (
+                "window open → target done (both writes)".into(),
+                &l.both_open,
+            ),
+            (format!("window close → {kind} restored"), &l.hpa_close),
+            (
+                "window close → Deployment replicas restored".into(),
+                &l.dep_close,
+            ),
+            (
+                "window close → target done (both writes)".into(),
+                &l.both_close,
+            ),
         ];
         for (phase, values) in rows {
             match stats(values.clone()) {

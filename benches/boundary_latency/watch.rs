@@ -9,7 +9,10 @@ use std::{
 use jiff::Timestamp;
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
 use kube::{Api, ResourceExt, runtime::watcher};
-use moonin::api::scaling::{ScalingTemplate, keys};
+use moonin::api::{
+    keda::ScaledObject,
+    scaling::{ScalingTemplate, keys},
+};
 
 use crate::{
     ACTION_MAX, ACTION_MIN, HPA_MAX, HPA_MIN, Params, REPLICAS,
@@ -87,6 +90,22 @@ pub fn on_hpa(seen: &mut Seen, h: &HorizontalPodAutoscaler, at: Timestamp) {
     );
 }
 
+/// A ScaledObject is recorded as its target's autoscaler (KEDA's HPAs are not watched).
+pub fn on_scaled_object(seen: &mut Seen, so: &ScaledObject, at: Timestamp) {
+    let value = (
+        so.spec.min_replica_count.unwrap_or(0),
+        so.spec.max_replica_count.unwrap_or(100),
+    );
+    let marked = so.annotations().contains_key(keys::ORIGINAL);
+    seen.hpas.entry(so.name_any()).or_default().record(
+        value,
+        at,
+        value == (ACTION_MIN, ACTION_MAX),
+        value == (HPA_MIN, HPA_MAX),
+        marked,
+    );
+}
+
 pub fn on_template(seen: &mut Seen, _: &ScalingTemplate, _: Timestamp) {
     if seen.synced[2] {
         seen.template_changes += 1;
@@ -117,7 +136,7 @@ pub fn spawn_watch<K>(api: Api<K>, seen: Shared, index: usize, on: fn(&mut Seen,
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
-    let what = ["HPA", "Deployment", "template"][index];
+    let what = ["autoscaler", "Deployment", "template"][index];
     watch::spawn(what, api, watcher::Config::default(), move |event| {
         let at = Timestamp::now();
         let mut seen = seen.lock().expect("seen");

@@ -189,6 +189,56 @@ impl Echoes {
     }
 }
 
+/// How long a write of this process is waited for in the caches, at most.
+pub const OWN_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The resourceVersions this process's writes returned, by `(kind, namespace, name)`, so that
+/// a reconcile can tell whether its caches show its own last writes yet ("read your
+/// writes"). A reconcile decided from a cache that misses them would plan those writes again
+/// (refused by their preconditions) or write a status that the next one overwrites.
+#[derive(Clone, Default)]
+pub struct OwnWrites {
+    written: Arc<Mutex<WrittenVersions>>,
+}
+
+/// `(kind, namespace, name)` → the resourceVersion a write returned, and when.
+type WrittenVersions = HashMap<(String, String, String), (u64, std::time::Instant)>;
+
+impl OwnWrites {
+    /// Remembers that this process wrote `kind` `namespace/name`, which is now at `rv`.
+    /// A resourceVersion that is not a number (the API server does not promise one) is not
+    /// remembered: nothing is waited for.
+    pub fn record(&self, kind: &str, namespace: &str, name: &str, rv: Option<&str>) {
+        let Some(rv) = rv.and_then(|r| r.parse::<u64>().ok()) else {
+            return;
+        };
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                (kind.to_string(), namespace.to_string(), name.to_string()),
+                (rv, std::time::Instant::now()),
+            );
+    }
+
+    /// Whether the cached copy of `kind` `namespace/name`, at `cached_rv`, predates this
+    /// process's last write of it (made less than [`OWN_WRITE_WAIT`] ago). Once the cache has
+    /// caught up, or the wait is over, the write is forgotten.
+    pub fn behind(&self, kind: &str, namespace: &str, name: &str, cached_rv: &str) -> bool {
+        let key = (kind.to_string(), namespace.to_string(), name.to_string());
+        let mut g = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((rv, at)) = g.get(&key).copied() else {
+            return false;
+        };
+        let behind = at.elapsed() < OWN_WRITE_WAIT
+            && cached_rv.parse::<u64>().is_ok_and(|cached| cached < rv);
+        if !behind {
+            g.remove(&key);
+        }
+        behind
+    }
+}
+
 fn key_of<K: Resource>(o: &K) -> (String, String) {
     (o.namespace().unwrap_or_default(), o.name_any())
 }
@@ -272,6 +322,41 @@ mod tests {
             Some(_) => "marker".into(),
             None => "-".into(),
         }
+    }
+
+    #[test]
+    fn own_writes_are_waited_for_until_the_cache_shows_them() {
+        let own = OwnWrites::default();
+        assert!(
+            !own.behind("Deployment", "shop", "web", "10"),
+            "never written"
+        );
+        own.record("Deployment", "shop", "web", Some("12"));
+        assert!(
+            own.behind("Deployment", "shop", "web", "11"),
+            "the cache is behind"
+        );
+        assert!(!own.behind("HorizontalPodAutoscaler", "shop", "web", "11"));
+        assert!(!own.behind("Deployment", "shop", "web", "12"), "caught up");
+        assert!(
+            !own.behind("Deployment", "shop", "web", "11"),
+            "forgotten once seen"
+        );
+        own.record("Deployment", "shop", "web", Some("20"));
+        assert!(
+            !own.behind("Deployment", "shop", "web", "25"),
+            "a later write"
+        );
+        own.record("Deployment", "shop", "api", Some("opaque"));
+        own.record("Deployment", "shop", "db", Some("30"));
+        assert!(
+            !own.behind("Deployment", "shop", "api", "1"),
+            "not a number"
+        );
+        assert!(
+            !own.behind("Deployment", "shop", "db", "opaque"),
+            "not a number"
+        );
     }
 
     #[test]

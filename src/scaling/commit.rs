@@ -1,14 +1,15 @@
 //! Commit: performs a [`Plan`]'s writes in order, then the status write, then the Events.
 //!
-//! Every write to someone else's object is a JSON Patch that starts with a `test` of the
-//! `resourceVersion` it was decided on (or a delete with UID and resourceVersion
-//! preconditions). When the object changed in between, the API server refuses the whole
+//! Every write to someone else's object is a JSON Patch that starts with `test` ops on the
+//! fields and annotations it was decided on (or a delete with UID and resourceVersion
+//! preconditions). When one of them changed in between, the API server refuses the whole
 //! patch, nothing is clobbered, and the template is reconciled again from fresh caches.
 
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
@@ -21,7 +22,12 @@ use super::load::Template;
 use crate::api::keda::ScaledObject;
 use crate::api::{field_manager, scaling::keys};
 use crate::runtime::metrics::Metrics;
-use crate::runtime::{backoff::Backoff, cache::Echoes, errors::is_conflict, events::Publisher};
+use crate::runtime::{
+    backoff::Backoff,
+    cache::{Echoes, OwnWrites},
+    errors::is_conflict,
+    events::Publisher,
+};
 
 /// The controller's name in metrics and logs.
 pub const CONTROLLER: &str = "scaling";
@@ -61,6 +67,9 @@ pub struct Writer {
     /// The template status writes this process made, so their echo does not wake the
     /// template again.
     pub echoes: Echoes,
+    /// What this process wrote last to each object, so that a reconcile waits until its
+    /// caches show it.
+    pub own: OwnWrites,
 }
 
 /// What writing a plan's ops came to.
@@ -101,31 +110,8 @@ impl Writer {
                         Ok(p) => p,
                         Err(e) => return Ok(Err(format!("internal error building a patch: {e}"))),
                     };
-                let patch = Patch::Json::<()>(patch);
-                let p = Self::params();
-                match kind {
-                    ObjectKind::Hpa => (
-                        "HorizontalPodAutoscaler",
-                        Api::<HorizontalPodAutoscaler>::namespaced(self.client.clone(), ns)
-                            .patch(&op.name, &p, &patch)
-                            .await
-                            .map(|_| ()),
-                    ),
-                    ObjectKind::ScaledObject => (
-                        "ScaledObject",
-                        Api::<ScaledObject>::namespaced(self.client.clone(), ns)
-                            .patch(&op.name, &p, &patch)
-                            .await
-                            .map(|_| ()),
-                    ),
-                    ObjectKind::Deployment => (
-                        "Deployment",
-                        Api::<Deployment>::namespaced(self.client.clone(), ns)
-                            .patch(&op.name, &p, &patch)
-                            .await
-                            .map(|_| ()),
-                    ),
-                }
+                let written = self.patch(*kind, ns, &op.name, patch).await;
+                (kind_name(*kind), written)
             }
             Write::CreateHpa(obj) => {
                 let hpa: HorizontalPodAutoscaler = match serde_json::from_value(obj.clone()) {
@@ -182,6 +168,35 @@ impl Writer {
                 crate::runtime::errors::brief(&e)
             ))),
         }
+    }
+
+    /// Sends one JSON Patch and remembers the resourceVersion it returned.
+    async fn patch(
+        &self,
+        kind: ObjectKind,
+        ns: &str,
+        name: &str,
+        patch: json_patch::Patch,
+    ) -> Result<(), kube::Error> {
+        let (patch, p) = (Patch::Json::<()>(patch), Self::params());
+        let client = self.client.clone();
+        let meta: ObjectMeta = match kind {
+            ObjectKind::Hpa => {
+                let api = Api::<HorizontalPodAutoscaler>::namespaced(client, ns);
+                api.patch(name, &p, &patch).await?.metadata
+            }
+            ObjectKind::ScaledObject => {
+                let api = Api::<ScaledObject>::namespaced(client, ns);
+                api.patch(name, &p, &patch).await?.metadata
+            }
+            ObjectKind::Deployment => {
+                let api = Api::<Deployment>::namespaced(client, ns);
+                api.patch(name, &p, &patch).await?.metadata
+            }
+        };
+        let rv = meta.resource_version.as_deref();
+        self.own.record(kind_name(kind), ns, name, rv);
+        Ok(())
     }
 
     async fn publish(
@@ -267,7 +282,8 @@ impl Writer {
         let written = self.write_with_backoff(tpl, &plan.ops).await?;
         let mut status = plan.status.clone();
         decide::record_failures(&mut status, &written.failures, now);
-        if tpl.status() != Some(&status) {
+        let deferred = plan.defer_status && written.failures.is_empty();
+        if !deferred && tpl.status() != Some(&status) {
             self.write_status(&api, tpl, &status).await?;
         }
         // Events last, after every write they report on succeeded; one Event per reason
@@ -372,6 +388,12 @@ impl Writer {
             .await
             .map_err(CommitError::Template)?;
         self.echoes.expect(&written);
+        self.own.record(
+            &T::kind(&()),
+            &tpl.namespace().unwrap_or_default(),
+            &tpl.name_any(),
+            written.resource_version().as_deref(),
+        );
         self.metrics
             .wrote(CONTROLLER, &format!("{}/status", T::kind(&())));
         Ok(())
@@ -478,6 +500,15 @@ impl Writer {
             }
         }
         Ok(done)
+    }
+}
+
+/// The kind an op's patch goes to, as [`OwnWrites`] and the caches name it.
+pub fn kind_name(kind: ObjectKind) -> &'static str {
+    match kind {
+        ObjectKind::Hpa => "HorizontalPodAutoscaler",
+        ObjectKind::ScaledObject => "ScaledObject",
+        ObjectKind::Deployment => "Deployment",
     }
 }
 

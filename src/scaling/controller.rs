@@ -18,12 +18,12 @@ use kube::{
 };
 use tokio::sync::Notify;
 
-use super::commit::{CONTROLLER, CommitError, Writer};
+use super::commit::{self, CONTROLLER, CommitError, Writer};
 use super::decide::{self, TargetKey};
 use super::load::{self, Stores, Template};
 use crate::api::keda::ScaledObject;
 use crate::api::scaling::{ClusterScalingTemplate, ScalingTemplate, ScalingTemplateStatus};
-use crate::runtime::{backoff::Backoff, cache, events::Publisher, invalid};
+use crate::runtime::{backoff::Backoff, cache, cache::OwnWrites, events::Publisher, invalid};
 use crate::runtime::{
     context::{Context, Readiness, Registered},
     metrics::{ControllerLabels, ErrorLabels},
@@ -125,6 +125,10 @@ where
     }
     let started = std::time::Instant::now();
     let snapshot = load::snapshot(tpl.as_ref(), &shared.stores);
+    if behind_own_writes(tpl.as_ref(), &snapshot, &shared.writer.own) {
+        // Decided now, the plan would repeat writes the caches do not show yet.
+        return Ok(Action::requeue(OWN_WRITE_RECHECK));
+    }
     let now = Timestamp::now();
     let plan = decide::decide(&snapshot, now);
     if snapshot
@@ -150,6 +154,29 @@ where
     let wait = plan.requeue_at.duration_since(Timestamp::now());
     let wait = Duration::try_from(wait).unwrap_or(Duration::ZERO);
     Ok(Action::requeue(retry.map_or(wait, |r| r.min(wait))))
+}
+
+/// How soon a template whose caches miss its own last writes is looked at again.
+const OWN_WRITE_RECHECK: Duration = Duration::from_millis(50);
+
+/// Whether the template or one of its targets, as cached, predates this process's last write
+/// of it.
+fn behind_own_writes<T: Template>(tpl: &T, snap: &decide::Snapshot, own: &OwnWrites) -> bool {
+    let ns = tpl.namespace().unwrap_or_default();
+    let rv = tpl.resource_version().unwrap_or_default();
+    if own.behind(&T::kind(&()), &ns, &tpl.name_any(), &rv) {
+        return true;
+    }
+    snap.targets.iter().any(|(key, t)| {
+        let ns = key.namespace.as_str();
+        t.deployment
+            .iter()
+            .any(|d| own.behind("Deployment", ns, &d.name, &d.resource_version))
+            || t.autoscalers.iter().any(|a| {
+                let kind = commit::kind_name(a.kind.into());
+                own.behind(kind, ns, &a.name, &a.resource_version)
+            })
+    })
 }
 
 fn error_policy<T>(tpl: Arc<T>, err: &CommitError, shared: Arc<Shared>) -> Action
@@ -263,6 +290,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
             in_flight: Arc::new(tokio::sync::Semaphore::new(super::commit::MAX_IN_FLIGHT)),
             backoff: Arc::new(Backoff::default()),
             echoes,
+            own: crate::runtime::cache::OwnWrites::default(),
         },
         metrics: ctx.metrics.clone(),
         leader,

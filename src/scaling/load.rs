@@ -8,8 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{ResourceExt, runtime::reflector::Store};
 
 use super::decide::{
-    Autoscaler, AutoscalerKind, Marks, Original, OwnerRecord, Snapshot, Target, TargetKey,
-    TemplateKind, TemplateView, Workload,
+    Autoscaler, AutoscalerKind, GUARDED_ANNOTATIONS, Marks, Original, OwnerRecord, Snapshot,
+    Target, TargetKey, TemplateKind, TemplateView, Workload,
 };
 use crate::api::field_manager;
 use crate::api::keda::ScaledObject;
@@ -149,6 +149,10 @@ fn marks(meta: &ObjectMeta, live: &HashSet<String>) -> Marks {
     let annotations = meta.annotations.as_ref();
     let mut m = Marks {
         has_annotations: annotations.is_some(),
+        read: GUARDED_ANNOTATIONS
+            .iter()
+            .filter_map(|k| Some(((*k).to_string(), annotations?.get(*k)?.clone())))
+            .collect(),
         ..Marks::default()
     };
     if let Some(raw) = annotations.and_then(|a| a.get(keys::OWNER)) {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::outcome::{Outcome, is_ours, is_ours_for};
-use super::patch::{set_annotations, set_field, show, test_rv};
+use super::patch::{precondition, set_annotations, set_field, show};
 use super::plan::{EventNote, ObjectKind, Op, Wave, Write, override_hash, provisional_name, state};
 use super::restore::replaced_provisional;
 use super::snapshot::{
@@ -371,7 +371,22 @@ fn override_op(
     note: String,
 ) -> Op {
     let (min_f, max_f) = (c.kind.min_field(), c.kind.max_field());
-    let mut patch = vec![test_rv(&c.resource_version)];
+    // What the override depends on: the bounds it records as the originals, the marks that
+    // say who holds the carrier (and, on a ScaledObject, that KEDA is not paused), and that
+    // the carrier still scales this Deployment.
+    let mut guarded = vec![keys::OWNER, keys::ORIGINAL, keys::APPLIED_HASH];
+    if c.kind == AutoscalerKind::ScaledObject {
+        guarded.extend(keys::KEDA_PAUSED);
+    }
+    let mut patch = precondition(
+        &c.marks,
+        &guarded,
+        &[
+            (format!("/spec/{min_f}"), c.min),
+            (format!("/spec/{max_f}"), c.max),
+        ],
+    );
+    patch.push(json!({"op": "test", "path": "/spec/scaleTargetRef/name", "value": cx.key.name}));
     patch.extend(set_field(
         &format!("/spec/{min_f}"),
         c.min,
@@ -423,7 +438,11 @@ fn raise_deployment(cx: &Context<'_>, dep_ours: bool, original: Option<i32>) -> 
     if !(below || (!dep_ours && raised)) {
         return None;
     }
-    let mut patch = vec![test_rv(&dep.resource_version)];
+    let mut patch = precondition(
+        &dep.marks,
+        &[keys::OWNER, keys::ORIGINAL_REPLICAS],
+        &[("/spec/replicas".to_string(), dep.replicas)],
+    );
     if below {
         patch.push(json!({"op": "add", "path": "/spec/replicas", "value": action.min_replicas}));
     }

@@ -116,7 +116,7 @@ fn ours(action: &str) -> Marks {
         owner: Some(owner_record(UID, TPL, action)),
         owner_live: true,
         has_annotations: true,
-        unreadable: None,
+        ..Marks::default()
     }
 }
 
@@ -126,7 +126,7 @@ fn foreign(live: bool) -> Marks {
         owner: Some(owner_record("other-uid", "peak", "web")),
         owner_live: live,
         has_annotations: true,
-        unreadable: None,
+        ..Marks::default()
     }
 }
 
@@ -226,8 +226,59 @@ fn tgt(dep: Option<Workload>, autoscalers: Vec<Autoscaler>) -> Target {
 fn snap(t: TemplateView, targets: Vec<(&str, Target)>) -> Snapshot {
     Snapshot {
         template: t,
-        targets: targets.into_iter().map(|(n, t)| (key(n), t)).collect(),
+        targets: targets
+            .into_iter()
+            .map(|(n, mut t)| {
+                fill_read(&mut t);
+                (key(n), t)
+            })
+            .collect(),
     }
+}
+
+/// Gives every object of `t` whose raw annotations are not set the raw values its parsed
+/// marks stand for, as load would have read them.
+fn fill_read(t: &mut Target) {
+    if let Some(d) = t.deployment.as_mut()
+        && d.marks.read.is_empty()
+    {
+        let read = &mut d.marks.read;
+        read.extend(
+            d.marks
+                .owner
+                .as_ref()
+                .map(|o| (keys::OWNER.to_string(), json(o))),
+        );
+        read.extend(
+            d.original_replicas
+                .map(|r| (keys::ORIGINAL_REPLICAS.to_string(), r.to_string())),
+        );
+    }
+    for a in t.autoscalers.iter_mut().filter(|a| a.marks.read.is_empty()) {
+        let read = &mut a.marks.read;
+        read.extend(
+            a.marks
+                .owner
+                .as_ref()
+                .map(|o| (keys::OWNER.to_string(), json(o))),
+        );
+        read.extend(
+            a.original
+                .as_ref()
+                .map(|o| (keys::ORIGINAL.to_string(), json(o))),
+        );
+        read.extend(
+            a.applied_hash
+                .clone()
+                .map(|h| (keys::APPLIED_HASH.to_string(), h)),
+        );
+        read.extend(a.paused.clone().map(|k| (k, "true".to_string())));
+    }
+}
+
+/// A record as its annotation holds it.
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// checkout: min 10, max 30.
@@ -324,7 +375,7 @@ fn writes(ops: &[Op]) -> Vec<(String, W)> {
     ops.iter()
         .map(|o| {
             let w = match &o.write {
-                Write::Patch { kind, ops } => W::Patch(*kind, norm_ops(ops)),
+                Write::Patch { kind, ops } => W::Patch(*kind, norm_ops(body(ops))),
                 Write::CreateHpa(v) => {
                     let mut v = v.clone();
                     if let Some(m) = v["metadata"]["annotations"].as_object_mut() {
@@ -346,8 +397,28 @@ fn at(name: &str, w: W) -> (String, W) {
     (format!("{NS}/{name}"), w)
 }
 
-fn test_rv(rv: &str) -> Value {
-    json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv})
+/// The ops of a patch after its precondition (its leading `test` ops), which must be there
+/// and must not test the resourceVersion.
+#[track_caller]
+fn body(ops: &[Value]) -> &[Value] {
+    let n = ops.iter().take_while(|o| o["op"] == "test").count();
+    assert!(n > 0, "a patch without a precondition: {ops:?}");
+    assert!(
+        ops.iter().all(|o| o["path"] != "/metadata/resourceVersion"),
+        "a patch testing the resourceVersion: {ops:?}"
+    );
+    assert!(ops[n..].iter().all(|o| o["op"] != "test"), "{ops:?}");
+    &ops[n..]
+}
+
+/// The precondition of a patch: its leading `test` ops.
+fn guard_of(ops: &[Value]) -> &[Value] {
+    let n = ops.iter().take_while(|o| o["op"] == "test").count();
+    &ops[..n]
+}
+
+fn test_op(path: &str, v: impl Into<Value>) -> Value {
+    json!({"op": "test", "path": path, "value": v.into()})
 }
 
 fn add(path: &str, v: impl Into<Value>) -> Value {
@@ -386,11 +457,7 @@ fn revert_of_applied() -> Vec<(String, W)> {
             "checkout",
             hpa_patch(
                 [
-                    vec![
-                        test_rv("h2"),
-                        add("/spec/maxReplicas", 20),
-                        add("/spec/minReplicas", 2),
-                    ],
+                    vec![add("/spec/maxReplicas", 20), add("/spec/minReplicas", 2)],
                     rm_carrier_marks().to_vec(),
                 ]
                 .concat(),
@@ -399,7 +466,6 @@ fn revert_of_applied() -> Vec<(String, W)> {
         at(
             "checkout",
             dep_patch(vec![
-                test_rv("d2"),
                 add("/spec/replicas", 3),
                 rm(&ann(keys::OWNER)),
                 rm(&ann(keys::ORIGINAL_REPLICAS)),
@@ -485,7 +551,6 @@ fn first_apply_on_an_existing_hpa() {
             at(
                 "checkout",
                 dep_patch(vec![
-                    test_rv("d1"),
                     add("/spec/replicas", 10),
                     add(&ann(keys::OWNER), our_owner("checkout")),
                     add(&ann(keys::ORIGINAL_REPLICAS), "3"),
@@ -494,7 +559,6 @@ fn first_apply_on_an_existing_hpa() {
             at(
                 "checkout",
                 hpa_patch(vec![
-                    test_rv("h1"),
                     add("/spec/minReplicas", 10),
                     add("/spec/maxReplicas", 30),
                     add(&ann(keys::OWNER), our_owner("checkout")),
@@ -573,7 +637,6 @@ fn first_apply_creates_the_annotation_map_when_there_is_none() {
         at(
             "checkout",
             hpa_patch(vec![
-                test_rv("h1"),
                 add("/spec/minReplicas", 10),
                 add("/spec/maxReplicas", 30),
                 add(
@@ -608,7 +671,6 @@ fn apply_after_a_crash_between_the_two_writes_records_the_original_replicas() {
         vec![at(
             "checkout",
             hpa_patch(vec![
-                test_rv("h1"),
                 add("/spec/minReplicas", 10),
                 add("/spec/maxReplicas", 30),
                 add(&ann(keys::OWNER), our_owner("checkout")),
@@ -620,6 +682,282 @@ fn apply_after_a_crash_between_the_two_writes_records_the_original_replicas() {
             ])
         )]
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// 1b. Preconditions: each write tests what it depends on, not the resourceVersion.
+
+/// A Deployment at 3 scaled by a ScaledObject (2..20) and KEDA's HPA.
+fn scaled_object_target() -> Target {
+    tgt(
+        Some(deployment("checkout", 3)),
+        vec![
+            scaled_object("checkout", Some(2), Some(20)),
+            keda_hpa("checkout"),
+        ],
+    )
+}
+
+/// A ScaledObject target as the override left it.
+fn applied_scaled_object_target() -> Target {
+    let a = checkout();
+    tgt(
+        Some(raised_deployment("checkout", &a.name, 3, 10)),
+        vec![
+            applied(
+                scaled_object("checkout", Some(2), Some(20)),
+                &a,
+                10,
+                30,
+                original(AutoscalerKind::ScaledObject, Some(2), Some(20), Some(3)),
+            ),
+            keda_hpa("checkout"),
+        ],
+    )
+}
+
+/// The override and restore scenarios: (name, snapshot, when), each planning patches.
+fn guarded_scenarios() -> Vec<(&'static str, Snapshot, Timestamp)> {
+    let one = |t: Target| snap(template(vec![checkout()]), vec![("checkout", t)]);
+    let mut bare = fresh_target();
+    bare.autoscalers[0].marks.has_annotations = false;
+    vec![
+        ("HPA override", one(fresh_target()), now()),
+        ("override of an HPA without annotations", one(bare), now()),
+        ("ScaledObject override", one(scaled_object_target()), now()),
+        (
+            "HPA restore",
+            one(applied_target(&checkout())),
+            after_window(),
+        ),
+        (
+            "ScaledObject restore",
+            one(applied_scaled_object_target()),
+            after_window(),
+        ),
+    ]
+}
+
+/// Every patch `s` plans at `at`: the op, the object as the API server holds it, the ops.
+fn patches(s: &Snapshot, at: Timestamp) -> Vec<(Op, Value, Vec<Value>)> {
+    let plan = decide(s, at);
+    assert!(!plan.ops.is_empty(), "nothing planned");
+    plan.ops
+        .into_iter()
+        .map(|op| {
+            let Write::Patch { ops, .. } = &op.write else {
+                panic!("not a patch: {op:?}");
+            };
+            let ops = ops.clone();
+            let (_, doc) = object_of(s, &op).unwrap_or_else(|| panic!("unknown object: {op:?}"));
+            (op, doc, ops)
+        })
+        .collect()
+}
+
+#[test]
+fn first_apply_tests_the_bounds_and_marks_it_read_not_the_resource_version() {
+    let s = snap(
+        template(vec![checkout()]),
+        vec![("checkout", fresh_target())],
+    );
+    let guards: Vec<Vec<Value>> = patches(&s, now())
+        .into_iter()
+        .map(|(_, _, ops)| guard_of(&ops).to_vec())
+        .collect();
+    assert_eq!(
+        guards,
+        vec![
+            vec![
+                test_op(&ann(keys::OWNER), Value::Null),
+                test_op(&ann(keys::ORIGINAL_REPLICAS), Value::Null),
+                test_op("/spec/replicas", 3),
+            ],
+            vec![
+                test_op(&ann(keys::OWNER), Value::Null),
+                test_op(&ann(keys::ORIGINAL), Value::Null),
+                test_op(&ann(keys::APPLIED_HASH), Value::Null),
+                test_op("/spec/minReplicas", 2),
+                test_op("/spec/maxReplicas", 20),
+                test_op("/spec/scaleTargetRef/name", "checkout"),
+            ],
+        ]
+    );
+}
+
+#[test]
+fn restore_tests_the_records_it_restores_from_and_the_bounds_it_read() {
+    let s = snap(
+        template(vec![checkout()]),
+        vec![("checkout", applied_target(&checkout()))],
+    );
+    let hpa = &s.targets[&key("checkout")].autoscalers[0];
+    let read = |k: &str| Value::String(hpa.marks.read[k].clone());
+    let guards: Vec<Vec<Value>> = patches(&s, after_window())
+        .into_iter()
+        .map(|(_, _, ops)| guard_of(&ops).to_vec())
+        .collect();
+    assert_eq!(
+        guards,
+        vec![vec![
+            test_op(&ann(keys::OWNER), read(keys::OWNER)),
+            test_op(&ann(keys::ORIGINAL), read(keys::ORIGINAL)),
+            test_op(&ann(keys::APPLIED_HASH), read(keys::APPLIED_HASH)),
+            test_op("/spec/minReplicas", 10),
+            test_op("/spec/maxReplicas", 30),
+        ]],
+        "the Deployment waits for the HPA controller"
+    );
+}
+
+#[test]
+fn a_scaled_object_override_also_tests_that_keda_is_not_paused() {
+    let s = snap(
+        template(vec![checkout()]),
+        vec![("checkout", scaled_object_target())],
+    );
+    let so = patches(&s, now())
+        .into_iter()
+        .find(|(op, _, _)| {
+            matches!(
+                op.write,
+                Write::Patch {
+                    kind: ObjectKind::ScaledObject,
+                    ..
+                }
+            )
+        })
+        .unwrap_or_else(|| panic!("no ScaledObject patch"));
+    let guard = guard_of(&so.2);
+    for k in keys::KEDA_PAUSED {
+        assert!(
+            guard.contains(&test_op(&ann(k), Value::Null)),
+            "{k} not tested absent: {guard:?}"
+        );
+    }
+}
+
+/// What the autoscaler's controller, the Deployment controller and other tools write
+/// without touching what an override depends on: a new resourceVersion, the status, an
+/// unrelated annotation.
+fn status_only_change(doc: &mut Value) {
+    doc["metadata"]["resourceVersion"] = json!("changed-by-a-status-write");
+    doc["status"] = json!({"currentReplicas": 7, "desiredReplicas": 9, "observedGeneration": 4});
+    if let Some(a) = doc["metadata"]["annotations"].as_object_mut() {
+        a.insert("example.com/last-seen".into(), json!("now"));
+    }
+}
+
+#[test]
+fn preconditions_pass_after_a_status_only_change() {
+    for (name, s, at) in guarded_scenarios() {
+        for (op, mut doc, ops) in patches(&s, at) {
+            assert!(holds(&doc, &ops), "{name}: refused as read: {op:?}");
+            status_only_change(&mut doc);
+            assert!(
+                holds(&doc, &ops),
+                "{name}: a status-only change refused {op:?} on {doc}"
+            );
+        }
+    }
+}
+
+#[test]
+fn preconditions_fail_on_a_changed_bound_or_replicas() {
+    for (name, s, at) in guarded_scenarios() {
+        for (op, doc, ops) in patches(&s, at) {
+            let fields: Vec<String> = match &op.write {
+                Write::Patch {
+                    kind: ObjectKind::Deployment,
+                    ..
+                } => vec!["replicas".into()],
+                Write::Patch { kind, .. } => {
+                    let k = if *kind == ObjectKind::Hpa {
+                        AutoscalerKind::Hpa
+                    } else {
+                        AutoscalerKind::ScaledObject
+                    };
+                    vec![k.min_field().into(), k.max_field().into()]
+                }
+                w => panic!("{w:?}"),
+            };
+            for f in fields {
+                let mut changed = doc.clone();
+                let now_at = changed["spec"][&f].as_i64().unwrap_or(0);
+                changed["spec"][&f] = json!(now_at + 1);
+                assert!(!holds(&changed, &ops), "{name}: {f} changed, yet {op:?}");
+                let mut gone = doc.clone();
+                if let Some(spec) = gone["spec"].as_object_mut() {
+                    spec.remove(&f);
+                }
+                if doc["spec"].get(&f).is_some() {
+                    assert!(!holds(&gone, &ops), "{name}: {f} removed, yet {op:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn preconditions_fail_on_a_changed_annotation() {
+    let foreign_owner = json(&owner_record("other-uid", "peak", "web"));
+    for (name, s, at) in guarded_scenarios() {
+        for (op, doc, ops) in patches(&s, at) {
+            let guarded: Vec<&str> = if matches!(
+                op.write,
+                Write::Patch {
+                    kind: ObjectKind::Deployment,
+                    ..
+                }
+            ) {
+                vec![keys::OWNER, keys::ORIGINAL_REPLICAS]
+            } else {
+                vec![keys::OWNER, keys::ORIGINAL, keys::APPLIED_HASH]
+            };
+            for k in guarded {
+                // Another template's record written over (or in place of) what was read.
+                let mut changed = doc.clone();
+                if changed["metadata"]["annotations"].is_null() {
+                    changed["metadata"]["annotations"] = json!({});
+                }
+                changed["metadata"]["annotations"][k] = json!(foreign_owner);
+                assert!(!holds(&changed, &ops), "{name}: {k} changed, yet {op:?}");
+                // A record that was read, taken away.
+                if let Some(a) = doc["metadata"]["annotations"].as_object()
+                    && a.contains_key(k)
+                {
+                    let mut gone = doc.clone();
+                    if let Some(a) = gone["metadata"]["annotations"].as_object_mut() {
+                        a.remove(k);
+                    }
+                    assert!(!holds(&gone, &ops), "{name}: {k} removed, yet {op:?}");
+                }
+            }
+            if doc["metadata"]["annotations"].is_null() {
+                // An object read without annotations gets the whole map in one op: any
+                // annotation added meanwhile refuses it.
+                let mut added = doc.clone();
+                added["metadata"]["annotations"] = json!({"example.com/team": "shop"});
+                assert!(
+                    !holds(&added, &ops),
+                    "{name}: annotations added, yet {op:?}"
+                );
+            }
+            if name == "ScaledObject override"
+                && matches!(
+                    op.write,
+                    Write::Patch {
+                        kind: ObjectKind::ScaledObject,
+                        ..
+                    }
+                )
+            {
+                let mut paused = doc.clone();
+                paused["metadata"]["annotations"]["autoscaling.keda.sh/paused"] = json!("true");
+                assert!(!holds(&paused, &ops), "{name}: paused, yet {op:?}");
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -652,14 +990,10 @@ fn spec_change_mid_window_reapplies_and_keeps_the_first_original() {
     assert_eq!(
         writes(&plan.ops),
         vec![
-            at(
-                "checkout",
-                dep_patch(vec![test_rv("d2"), add("/spec/replicas", 12)])
-            ),
+            at("checkout", dep_patch(vec![add("/spec/replicas", 12)])),
             at(
                 "checkout",
                 hpa_patch(vec![
-                    test_rv("h2"),
                     add("/spec/minReplicas", 12),
                     add(&ann(keys::OWNER), our_owner("checkout")),
                     add(&ann(keys::APPLIED_HASH), hash(&new)),
@@ -788,11 +1122,7 @@ fn override_of_a_deleted_template_waits_for_restore_and_sweep_reverts_it() {
                 "checkout",
                 hpa_patch(
                     [
-                        vec![
-                            test_rv("h2"),
-                            add("/spec/maxReplicas", 20),
-                            add("/spec/minReplicas", 2),
-                        ],
+                        vec![add("/spec/maxReplicas", 20), add("/spec/minReplicas", 2),],
                         rm_carrier_marks().to_vec(),
                     ]
                     .concat()
@@ -801,7 +1131,6 @@ fn override_of_a_deleted_template_waits_for_restore_and_sweep_reverts_it() {
             at(
                 "checkout",
                 dep_patch(vec![
-                    test_rv("d2"),
                     add("/spec/replicas", 3),
                     rm(&ann(keys::OWNER)),
                     rm(&ann(keys::ORIGINAL_REPLICAS)),
@@ -853,7 +1182,6 @@ fn keda_scaled_object_carries_the_override_and_its_hpa_is_never_patched() {
             at(
                 "checkout",
                 dep_patch(vec![
-                    test_rv("d1"),
                     add("/spec/replicas", 10),
                     add(&ann(keys::OWNER), our_owner("checkout")),
                     add(&ann(keys::ORIGINAL_REPLICAS), "3"),
@@ -864,7 +1192,6 @@ fn keda_scaled_object_carries_the_override_and_its_hpa_is_never_patched() {
                 W::Patch(
                     ObjectKind::ScaledObject,
                     vec![
-                        test_rv("s1"),
                         add("/spec/minReplicaCount", 10),
                         add("/spec/maxReplicaCount", 30),
                         add(&ann(keys::OWNER), our_owner("checkout")),
@@ -970,7 +1297,6 @@ fn drift_is_reapplied_and_named() {
         vec![at(
             "checkout",
             hpa_patch(vec![
-                test_rv("h2"),
                 add("/spec/minReplicas", 10),
                 add(&ann(keys::OWNER), our_owner("checkout")),
                 add(&ann(keys::APPLIED_HASH), hash(&a)),
@@ -1040,7 +1366,6 @@ fn max_is_never_written_below_current_replicas() {
         vec![at(
             "checkout",
             hpa_patch(vec![
-                test_rv("h1"),
                 add("/spec/minReplicas", 10),
                 add("/spec/maxReplicas", 40),
                 add(&ann(keys::OWNER), our_owner("checkout")),
@@ -1099,7 +1424,6 @@ fn no_autoscaler_creates_a_provisional_hpa() {
             at(
                 "checkout",
                 dep_patch(vec![
-                    test_rv("d1"),
                     add("/spec/replicas", 10),
                     add(&ann(keys::OWNER), our_owner("checkout")),
                     add(&ann(keys::ORIGINAL_REPLICAS), "3"),
@@ -1182,6 +1506,48 @@ fn after_window() -> Timestamp {
 }
 
 #[test]
+fn a_restore_waiting_for_the_autoscaler_leaves_the_status_to_the_deployments_restore() {
+    let a = checkout();
+    let mut tv = template(vec![a.clone()]);
+    tv.status = applied_status();
+    let s = snap(tv, vec![("checkout", applied_target(&a))]);
+    let first = decide(&s, after_window());
+    assert_eq!(first.ops.len(), 1, "the HPA alone: {:#?}", first.ops);
+    assert!(
+        first.defer_status,
+        "its status would be overwritten at once"
+    );
+
+    // The HPA controller acted: the Deployment's restore writes the status.
+    let mut acted = s.clone();
+    play(&mut acted, &first.ops);
+    let second = decide(&acted, after_window());
+    assert_eq!(second.ops.len(), 1, "the Deployment: {:#?}", second.ops);
+    assert!(!second.defer_status);
+    assert_eq!(states(&second.status), vec![("checkout", "Reverted")]);
+    assert_eq!(second.status.phase.as_deref(), Some("Idle"));
+    assert_eq!(
+        second.status.executions.len(),
+        first.status.executions.len()
+    );
+
+    // It has not acted yet: nothing to write, so the wait is reported.
+    let mut waiting = s.clone();
+    play(&mut waiting, &first.ops);
+    waiting
+        .targets
+        .values_mut()
+        .for_each(|t| t.autoscalers.iter_mut().for_each(|h| h.unobserved = true));
+    let third = decide(&waiting, after_window());
+    assert!(third.ops.is_empty(), "{:#?}", third.ops);
+    assert!(!third.defer_status);
+    assert_eq!(
+        act(&third.status, "checkout").message.as_deref(),
+        Some(WAITING_FOR_AUTOSCALER)
+    );
+}
+
+#[test]
 fn window_end_restores_exact_originals_and_closes_the_execution() {
     let a = checkout();
     let mut target = applied_target(&a);
@@ -1197,11 +1563,7 @@ fn window_end_restores_exact_originals_and_closes_the_execution() {
                 "checkout",
                 hpa_patch(
                     [
-                        vec![
-                            test_rv("h2"),
-                            add("/spec/maxReplicas", 20),
-                            rm("/spec/minReplicas"),
-                        ],
+                        vec![add("/spec/maxReplicas", 20), rm("/spec/minReplicas"),],
                         rm_carrier_marks().to_vec(),
                     ]
                     .concat()
@@ -1210,7 +1572,6 @@ fn window_end_restores_exact_originals_and_closes_the_execution() {
             at(
                 "checkout",
                 dep_patch(vec![
-                    test_rv("d2"),
                     add("/spec/replicas", 3),
                     rm(&ann(keys::OWNER)),
                     rm(&ann(keys::ORIGINAL_REPLICAS)),
@@ -1312,7 +1673,6 @@ fn window_end_clamps_the_deployment_into_the_restored_bounds() {
         at(
             "checkout",
             dep_patch(vec![
-                test_rv("d2"),
                 add("/spec/replicas", 5),
                 rm(&ann(keys::OWNER)),
                 rm(&ann(keys::ORIGINAL_REPLICAS)),
@@ -1342,7 +1702,6 @@ fn window_end_deletes_the_provisional_hpa() {
             at(
                 "checkout",
                 dep_patch(vec![
-                    test_rv("d2"),
                     add("/spec/replicas", 3),
                     rm(&ann(keys::OWNER)),
                     rm(&ann(keys::ORIGINAL_REPLICAS)),
@@ -1448,7 +1807,7 @@ fn revert_leaves_a_field_another_manager_set() {
                 "checkout",
                 hpa_patch(
                     [
-                        vec![test_rv("h2"), add("/spec/maxReplicas", 20)],
+                        vec![add("/spec/maxReplicas", 20)],
                         rm_carrier_marks().to_vec()
                     ]
                     .concat()
@@ -1458,7 +1817,6 @@ fn revert_leaves_a_field_another_manager_set() {
             at(
                 "checkout",
                 dep_patch(vec![
-                    test_rv("d2"),
                     add("/spec/replicas", 5),
                     rm(&ann(keys::OWNER)),
                     rm(&ann(keys::ORIGINAL_REPLICAS)),
@@ -1661,7 +2019,7 @@ fn cluster_template_may_target_any_namespace() {
     assert_eq!(plan.ops.len(), 2);
     assert!(plan.ops.iter().all(|o| o.namespace == "billing"));
     let owner = match &plan.ops[1].write {
-        Write::Patch { ops, .. } => norm_ops(ops)[3]["value"].clone(),
+        Write::Patch { ops, .. } => norm_ops(body(ops))[2]["value"].clone(),
         w => panic!("{w:?}"),
     };
     assert_eq!(
@@ -1917,7 +2275,6 @@ fn crash_before_the_deployment_write_records_the_carriers_original() {
         vec![at(
             "checkout",
             dep_patch(vec![
-                test_rv("d2"),
                 add(&ann(keys::OWNER), our_owner("checkout")),
                 add(&ann(keys::ORIGINAL_REPLICAS), "3"),
             ])
@@ -1938,10 +2295,7 @@ fn crash_then_window_end_restores_the_deployment_from_the_carrier() {
     assert_eq!(w[0], revert_of_applied()[0]);
     assert_eq!(
         w[1],
-        at(
-            "checkout",
-            dep_patch(vec![test_rv("d2"), add("/spec/replicas", 3)])
-        )
+        at("checkout", dep_patch(vec![add("/spec/replicas", 3)]))
     );
     assert_eq!(w.len(), 2);
 }
@@ -2207,8 +2561,9 @@ fn random_snapshot(
     snap(tv, vec![("checkout", tgt(Some(d), autoscalers))])
 }
 
-/// The object an op writes, found in `s`: its marks and resourceVersion.
-fn object_of<'a>(s: &'a Snapshot, op: &Op) -> Option<(&'a Marks, &'a str)> {
+/// The object an op writes, found in `s`: its marks, and the object as the API server
+/// holds it (see [`model`]).
+fn object_of<'a>(s: &'a Snapshot, op: &Op) -> Option<(&'a Marks, Value)> {
     let is_dep = matches!(
         op.write,
         Write::Patch {
@@ -2219,19 +2574,87 @@ fn object_of<'a>(s: &'a Snapshot, op: &Op) -> Option<(&'a Marks, &'a str)> {
     s.targets
         .iter()
         .filter(|(k, _)| k.namespace == op.namespace)
-        .find_map(|(_, t)| {
+        .find_map(|(k, t)| {
             if is_dep {
                 t.deployment
                     .as_ref()
                     .filter(|d| d.name == op.name)
-                    .map(|d| (&d.marks, d.resource_version.as_str()))
+                    .map(|d| (&d.marks, dep_model(d)))
             } else {
                 t.autoscalers
                     .iter()
                     .find(|a| a.name == op.name)
-                    .map(|a| (&a.marks, a.resource_version.as_str()))
+                    .map(|a| (&a.marks, model(a, &k.name)))
             }
         })
+}
+
+/// The metadata of an object with `marks` at `rv`: its annotations are the raw values read.
+fn meta_model(marks: &Marks, rv: &str) -> Value {
+    let mut meta = json!({"resourceVersion": rv});
+    if marks.has_annotations {
+        meta["annotations"] = json!(marks.read);
+    }
+    meta
+}
+
+/// An autoscaler of the Deployment `dep` as the API server holds it: its marks, bounds
+/// (absent when unset), target, and a status the autoscaler's controller writes.
+fn model(a: &Autoscaler, dep: &str) -> Value {
+    let mut spec = json!({"scaleTargetRef": {"kind": "Deployment", "name": dep}});
+    for (f, v) in [(a.kind.min_field(), a.min), (a.kind.max_field(), a.max)] {
+        if let Some(v) = v {
+            spec[f] = json!(v);
+        }
+    }
+    json!({
+        "metadata": meta_model(&a.marks, &a.resource_version),
+        "spec": spec,
+        "status": {"currentReplicas": 3, "desiredReplicas": 3},
+    })
+}
+
+/// A Deployment as the API server holds it.
+fn dep_model(d: &Workload) -> Value {
+    json!({
+        "metadata": meta_model(&d.marks, &d.resource_version),
+        "spec": d.replicas.map_or_else(|| json!({}), |r| json!({"replicas": r})),
+        "status": {"replicas": d.replicas(), "readyReplicas": d.replicas()},
+    })
+}
+
+/// Whether the API server would accept the `test` ops of `ops` on `doc`: a test of `null`
+/// passes on a member that is absent from an existing parent (the API server's JSON Patch
+/// semantics, which the precondition relies on to test absence).
+fn holds(doc: &Value, ops: &[Value]) -> bool {
+    ops.iter().filter(|o| o["op"] == "test").all(|o| {
+        let path = o["path"].as_str().unwrap_or_default();
+        let (parent, member) = path.rsplit_once('/').unwrap_or(("", path));
+        let member = member.replace("~1", "/").replace("~0", "~");
+        let Some(parent) = doc.pointer(parent).and_then(Value::as_object) else {
+            return false;
+        };
+        match (parent.get(&member), &o["value"]) {
+            (None | Some(Value::Null), Value::Null) => true,
+            (Some(v), want) => v == want,
+            (None, _) => false,
+        }
+    })
+}
+
+/// Whether every path `ops` changes is tested by its precondition (or lies under a tested
+/// path, such as an annotation map tested absent).
+fn covered(ops: &[Value]) -> bool {
+    let tested: Vec<&str> = guard_of(ops)
+        .iter()
+        .filter_map(|o| o["path"].as_str())
+        .collect();
+    ops.iter().filter(|o| o["op"] != "test").all(|o| {
+        let path = o["path"].as_str().unwrap_or_default();
+        tested
+            .iter()
+            .any(|t| path == *t || path.starts_with(&format!("{t}/")))
+    })
 }
 
 fn check_invariants(s: &Snapshot, ops: &[Op], active: bool) -> Result<(), TestCaseError> {
@@ -2252,9 +2675,17 @@ fn check_invariants(s: &Snapshot, ops: &[Op], active: bool) -> Result<(), TestCa
         }
         match &op.write {
             Write::Patch { ops: patch, .. } => {
-                let rv = object.map(|(_, rv)| rv);
-                prop_assert!(rv.is_some(), "patch of an unknown object: {op:?}");
-                prop_assert_eq!(&patch[0], &test_rv(rv.unwrap_or_default()));
+                let Some((_, doc)) = &object else {
+                    return Err(TestCaseError::fail(format!(
+                        "patch of an unknown object: {op:?}"
+                    )));
+                };
+                body(patch);
+                prop_assert!(
+                    holds(doc, patch),
+                    "precondition refused on what was read: {op:?} on {doc}"
+                );
+                prop_assert!(covered(patch), "a change outside the precondition: {op:?}");
                 let is_override = patch.iter().any(|p| {
                     p["op"] == "add"
                         && p["path"]
@@ -2264,7 +2695,7 @@ fn check_invariants(s: &Snapshot, ops: &[Op], active: bool) -> Result<(), TestCa
                 });
                 if is_override {
                     prop_assert!(active, "override written while inactive: {op:?}");
-                    for p in patch {
+                    for p in body(patch) {
                         if matches!(
                             p["path"].as_str(),
                             Some("/spec/maxReplicas" | "/spec/maxReplicaCount")
@@ -2306,7 +2737,10 @@ fn decide_through_restore(s: &Snapshot, now: Timestamp) -> Plan {
             break;
         }
         play(&mut s, &plan.ops);
-        s.template.status = plan.status.clone();
+        // A deferred status is not written: the next plan starts from the one before.
+        if !plan.defer_status {
+            s.template.status = plan.status.clone();
+        }
         let next = decide(&s, now);
         plan.ops.extend(next.ops);
         plan.events.extend(next.events);
@@ -2358,7 +2792,7 @@ fn play(s: &mut Snapshot, ops: &[Op]) {
                     owner: Some(owner_of(&ann[keys::OWNER])),
                     owner_live: true,
                     has_annotations: true,
-                    unreadable: None,
+                    ..Marks::default()
                 };
                 a.original =
                     serde_json::from_str(ann[keys::ORIGINAL].as_str().unwrap_or_default()).ok();
@@ -2371,7 +2805,7 @@ fn play(s: &mut Snapshot, ops: &[Op]) {
             Write::Patch { kind, ops: patch } => {
                 // Flatten an annotation-map add into per-key adds.
                 let mut flat: Vec<(String, Option<Value>)> = Vec::new();
-                for p in &patch[1..] {
+                for p in body(patch) {
                     let path = p["path"].as_str().unwrap_or_default().to_string();
                     let value = (p["op"] == "add").then(|| p["value"].clone());
                     if path == "/metadata/annotations" {
@@ -2442,6 +2876,12 @@ fn play(s: &mut Snapshot, ops: &[Op]) {
                 }
             }
         }
+    }
+    // The raw annotations as the next read finds them.
+    for t in s.targets.values_mut() {
+        t.deployment.iter_mut().for_each(|d| d.marks.read.clear());
+        t.autoscalers.iter_mut().for_each(|a| a.marks.read.clear());
+        fill_read(t);
     }
 }
 

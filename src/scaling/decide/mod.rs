@@ -5,7 +5,8 @@
 //! How an override lives on someone else's object:
 //! - the HPA or ScaledObject that scales the Deployment (the *carrier*) gets the new
 //!   min/max **and** `moonin.io/owner`, `moonin.io/original` and `moonin.io/applied-hash`
-//!   in one JSON Patch whose first op tests the `resourceVersion` it was read at;
+//!   in one JSON Patch whose first ops test what the override depends on (the bounds and
+//!   the marks as they were read; see [`patch::precondition`]);
 //! - with no autoscaler, a provisional HPA owned by the template carries it;
 //! - the Deployment's replicas are raised to the new minimum at once (no waiting for the
 //!   HPA's 15 s sync), recording `moonin.io/original-replicas` in the same patch.
@@ -41,8 +42,8 @@ pub use plan::{
 };
 pub use restore::{sweep, sweep_waits};
 pub use snapshot::{
-    Autoscaler, AutoscalerKind, Marks, Original, OwnerRecord, Snapshot, Target, TargetKey,
-    TemplateKind, TemplateView, Workload,
+    Autoscaler, AutoscalerKind, GUARDED_ANNOTATIONS, Marks, Original, OwnerRecord, Snapshot,
+    Target, TargetKey, TemplateKind, TemplateView, Workload,
 };
 pub use status::record_failures;
 
@@ -204,9 +205,13 @@ pub fn decide(snap: &Snapshot, now: Timestamp) -> Plan {
         .as_ref()
         .and_then(|s| s.next_boundary)
         .map_or(resync, |b| b.min(resync));
+    // Every edge that restores an autoscaler before its Deployment would otherwise write the
+    // template's status twice: once "waiting" for a moment, once done.
+    let defer_status = restoring && !ops.is_empty();
     Plan {
         ops,
         status,
+        defer_status,
         events,
         requeue_at,
         finalizer,

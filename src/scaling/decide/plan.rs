@@ -30,7 +30,7 @@ impl From<AutoscalerKind> for ObjectKind {
 /// One write.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write {
-    /// A JSON Patch whose first op tests the resourceVersion.
+    /// A JSON Patch whose first ops test what the write depends on.
     Patch {
         /// What is patched.
         kind: ObjectKind,
@@ -122,6 +122,12 @@ pub struct Plan {
     pub ops: Vec<Op>,
     /// The status the template should have once every op succeeded.
     pub status: ScalingTemplateStatus,
+    /// The status is written by the next plan instead: this one restores autoscalers whose
+    /// Deployments wait for their controller, and the next reconcile (within
+    /// [`super::WAITING_RECHECK`], or as soon as the controller acts) restores the
+    /// Deployments and writes the status then. A plan that writes nothing, or whose write is
+    /// refused, writes its status, so a wait that lasts is always reported.
+    pub defer_status: bool,
     /// Events about the template that do not depend on a write.
     pub events: Vec<EventNote>,
     /// When to reconcile again at the latest.

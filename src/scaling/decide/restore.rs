@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::outcome::is_ours;
-use super::patch::{remove_annotations, set_field, show, test_rv};
+use super::patch::{precondition, remove_annotations, set_field, show};
 use super::plan::{EventNote, ObjectKind, Op, Wave, Write};
 use super::snapshot::{Autoscaler, Marks, Snapshot, Target, TargetKey};
 use crate::api::{
@@ -123,7 +123,15 @@ fn restore_autoscaler(
     a: &Autoscaler,
     action: String,
 ) -> (Op, (Option<i32>, Option<i32>)) {
-    let mut patch = vec![test_rv(&a.resource_version)];
+    let (min_f, max_f) = (a.kind.min_field(), a.kind.max_field());
+    let mut patch = precondition(
+        &a.marks,
+        &[keys::OWNER, keys::ORIGINAL, keys::APPLIED_HASH],
+        &[
+            (format!("/spec/{min_f}"), a.min),
+            (format!("/spec/{max_f}"), a.max),
+        ],
+    );
     let mut restored = Vec::new();
     let mut kept = Vec::new();
     let original = a.original.clone().unwrap_or_default();
@@ -239,7 +247,11 @@ fn restore_deployment(
         Some((lo, hi)) => r.max(lo.unwrap_or(r)).min(hi.unwrap_or(r)),
         None => r,
     };
-    let mut patch = vec![test_rv(&d.resource_version)];
+    let mut patch = precondition(
+        &d.marks,
+        &[keys::OWNER, keys::ORIGINAL_REPLICAS],
+        &[("/spec/replicas".to_string(), d.replicas)],
+    );
     let target_replicas = restore_to.map(clamp);
     if let Some(r) = target_replicas
         && Some(r) != d.replicas

@@ -108,7 +108,24 @@ pub struct Marks {
     pub has_annotations: bool,
     /// A Moonin annotation that could not be read, and why.
     pub unreadable: Option<String>,
+    /// The raw values of the annotations a write depends on ([`GUARDED_ANNOTATIONS`]) that
+    /// the object had when it was read: its write tests that they are still these (and
+    /// that the others are still absent).
+    pub read: BTreeMap<String, String>,
 }
+
+/// The annotations whose values an override or a restore depends on: Moonin's own records
+/// and KEDA's pause annotations.
+pub const GUARDED_ANNOTATIONS: [&str; 8] = [
+    crate::api::scaling::keys::OWNER,
+    crate::api::scaling::keys::ORIGINAL,
+    crate::api::scaling::keys::APPLIED_HASH,
+    crate::api::scaling::keys::ORIGINAL_REPLICAS,
+    crate::api::scaling::keys::KEDA_PAUSED[0],
+    crate::api::scaling::keys::KEDA_PAUSED[1],
+    crate::api::scaling::keys::KEDA_PAUSED[2],
+    crate::api::scaling::keys::KEDA_PAUSED[3],
+];
 
 /// An HPA or ScaledObject that targets a Deployment.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,7 +136,8 @@ pub struct Autoscaler {
     pub name: String,
     /// Its UID.
     pub uid: String,
-    /// The resourceVersion it was read at: every write tests it.
+    /// The resourceVersion it was read at: the delete of a provisional HPA is
+    /// preconditioned on it.
     pub resource_version: String,
     /// Labelled `moonin.io/provisional`: created by Moonin for a window.
     pub provisional: bool,
@@ -152,7 +170,7 @@ pub struct Autoscaler {
 pub struct Workload {
     /// Its name.
     pub name: String,
-    /// The resourceVersion it was read at.
+    /// The resourceVersion it was read at (for logs and tests; no write tests it).
     pub resource_version: String,
     /// `spec.replicas` (absent means 1).
     pub replicas: Option<i32>,

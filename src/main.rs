@@ -1,5 +1,5 @@
-//! The `moonin` command: `run` the manager, print a template's `schedule`, print the
-//! `crds` or the `argocd` configuration, print the `version`.
+//! The `moonin` command: `run` the manager, print a template's `schedule`, `suggest`
+//! templates, print the `crds` or the `argocd` configuration, print the `version`.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -33,6 +33,9 @@ enum Command {
     /// Print the next windows of a ScalingTemplate or ClusterScalingTemplate, from a file
     /// or the cluster, in its time zone and in UTC, and whether it is active.
     Schedule(moonin::scaling::schedule::ScheduleArgs),
+    /// Propose ScalingTemplates from the replica history discovery keeps of each HPA and
+    /// ScaledObject, and flag templates whose windows changed nothing.
+    Suggest(moonin::scaling::suggest::cli::SuggestArgs),
     /// Print every CRD as YAML, or write one file per CRD into a directory.
     Crds {
         /// Write `<plural>.moonin.io.yaml` files here instead of printing.
@@ -104,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
             moonin::manager::run(args).await
         }
         Command::Schedule(args) => moonin::scaling::schedule::run(args).await,
+        Command::Suggest(args) => moonin::scaling::suggest::cli::run(args).await,
         Command::Crds { out_dir } => print_crds(out_dir),
         Command::Argocd { out_dir } => print_argocd(out_dir),
         Command::Version => {

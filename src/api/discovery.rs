@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+pub use super::history::{ReplicaHistory, ReplicaHistoryPolicy};
 pub use super::network::{IngressEntry, NetworkPolicyEntry, RoleBindingEntry, ServiceEntry};
 pub use super::policy::AutoscalingPolicy;
 
@@ -84,6 +85,10 @@ pub struct ClusterDiscoverySpec {
     /// Warning Event, and on its Deployment's inventory entry). Unset: nothing is checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling_policy: Option<AutoscalingPolicy>,
+    /// Each autoscaler's replica history, which `moonin suggest` turns into
+    /// ScalingTemplates. On by default: hourly slots of a week, four weeks.
+    #[serde(default)]
+    pub replica_history: ReplicaHistoryPolicy,
 }
 
 /// Helm discovery switches.
@@ -270,6 +275,10 @@ pub struct NamespaceInventoryStatus {
     /// role each grants to whom.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub role_bindings: Vec<RoleBindingEntry>,
+    /// Per autoscaler, the replicas it asked for, slot by slot (`spec.replicaHistory` of
+    /// the ClusterDiscovery).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replica_history: Vec<ReplicaHistory>,
     /// Distinct images used in the namespace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<String>,

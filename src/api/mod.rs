@@ -4,6 +4,7 @@
 
 pub mod conditions;
 pub mod forecast;
+pub mod history;
 pub mod keda;
 pub mod network;
 pub mod policy;

@@ -14,6 +14,7 @@ use super::{
     dirty::{Mark, Pending},
     heartbeat::{self, Reachability},
     helm_secrets::HelmState,
+    history::{self, OpenSlots},
     opt_in::Access,
     rebuild::{RebuildState, Refusals, Serving, Streak, rebuild},
     stores,
@@ -66,6 +67,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         secret_access,
         reachability: Reachability::default(),
         events: Publisher::new(client.clone(), "moonin-discovery"),
+        open_slots: OpenSlots::default(),
     });
     // Discovery's own kinds that do not decode get `InvalidSpec`.
     let reporters: [BoxFuture<'static, ()>; 3] = [
@@ -99,6 +101,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         _ = watches.join_all() => {}
         _ = synced(&shared, readiness) => {}
         _ = rebuild_loop(&shared) => {}
+        _ = history_ticks(&shared) => {}
         _ = heartbeat::run(&shared.ctx, &shared.reachability, &shared.pending) => {}
         _ = ctx.shutdown.cancelled() => {}
     }
@@ -115,6 +118,36 @@ async fn synced(shared: &Shared, readiness: Readiness) {
     tracing::info!("discovery caches synced");
     shared.pending.mark(Mark::cluster());
     futures::future::pending::<()>().await;
+}
+
+/// Marks the namespaces with an autoscaler when a replica-history slot closes, so each slot
+/// is recorded even when nothing else in them changes.
+async fn history_ticks(shared: &Shared) {
+    // The longest sleep: a policy changed meanwhile is followed within it.
+    const AT_MOST: Duration = Duration::from_secs(60);
+    // Past the slot's end, so that the next look falls in the next slot.
+    const PAST: Duration = Duration::from_millis(200);
+    loop {
+        let keeping = shared
+            .stores
+            .in_charge()
+            .and_then(|cd| history::Keeping::of(&cd.spec.replica_history).ok());
+        let now = jiff::Timestamp::now();
+        let open = keeping.as_ref().map(|k| k.geometry.slot_at(now));
+        let wait = open.map_or(AT_MOST, |slot| {
+            Duration::try_from(slot.end.duration_since(now)).unwrap_or_default() + PAST
+        });
+        tokio::time::sleep(wait.min(AT_MOST)).await;
+        let Some((keeping, open)) = keeping.zip(open) else {
+            continue;
+        };
+        if keeping.geometry.slot_at(jiff::Timestamp::now()).start != open.start {
+            let namespaces = shared.stores.hpas.namespaces_where(|h| h.desired.is_some());
+            for ns in namespaces {
+                shared.pending.mark(Mark::namespace(&ns));
+            }
+        }
+    }
 }
 
 /// Rebuilds what changed, a short while after it changed, while this process leads and a

@@ -254,6 +254,11 @@ impl<V: Clone> Projections<V> {
     pub fn get(&self, ns: &str, name: &str) -> Option<V> {
         self.read(|i| i.get(ns, name))
     }
+
+    /// The namespaces of the views `keep` accepts.
+    pub fn namespaces_where(&self, keep: impl Fn(&V) -> bool) -> BTreeSet<String> {
+        self.read(|i| i.namespaces_where(keep))
+    }
 }
 
 #[cfg(test)]

@@ -262,14 +262,16 @@ const LIST_KEYS: usize = r#","deployments":[]"#.len()
     + r#","services":[]"#.len()
     + r#","ingresses":[]"#.len()
     + r#","networkPolicies":[]"#.len()
-    + r#","roleBindings":[]"#.len();
+    + r#","roleBindings":[]"#.len()
+    + r#","replicaHistory":[]"#.len();
 
 /// Splits an inventory whose object would pass `max_bytes` (the status as JSON plus
 /// [`OBJECT_OVERHEAD`]) into parts that each fit.
 ///
 /// An inventory that fits comes back unchanged, as the only part. Otherwise part 0 keeps
 /// the images and Helm releases; then the Deployments, the CronJobs, the Services, the
-/// Ingresses, the NetworkPolicies and the RBAC bindings, in the order given (as [`build`]
+/// Ingresses, the NetworkPolicies, the RBAC bindings and the replica histories, in the
+/// order given (as [`build`]
 /// and [`connect`] make it), fill the parts one after another, each part
 /// closed when the next entry would not fit. Every part carries the input's
 /// `observedGeneration` and `conditions`, and a summary counting what it holds. No entry is
@@ -294,6 +296,7 @@ pub fn split(status: NamespaceInventoryStatus, max_bytes: usize) -> Vec<Namespac
         ingresses,
         network_policies,
         role_bindings,
+        replica_history,
         images,
         conditions,
     } = status;
@@ -362,6 +365,10 @@ pub fn split(status: NamespaceInventoryStatus, max_bytes: usize) -> Vec<Namespac
     for e in role_bindings {
         place(&mut part, &mut size, &mut part_has_content, json_len(&e));
         part.role_bindings.push(e);
+    }
+    for e in replica_history {
+        place(&mut part, &mut size, &mut part_has_content, json_len(&e));
+        part.replica_history.push(e);
     }
     parts.push(part);
     for p in &mut parts {

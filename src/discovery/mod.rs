@@ -8,7 +8,7 @@
 //! following each rollout to its outcome with [`rollout`]), each changed namespace's
 //! inventory ([`namespace`], with [`inventory`], [`signals`], the [`suspect`] change of a
 //! failing workload, the autoscaling [`policy`], the Services, Ingresses and NetworkPolicies
-//! of [`network`] and the RBAC summary of [`rbac`]) and the cluster status ([`status`], with
+//! of [`network`], the RBAC summary of [`rbac`] and the autoscalers' replica [`history`]) and the cluster status ([`status`], with
 //! [`cluster`]), writing only what differs; the leader renews a heartbeat Lease
 //! ([`heartbeat`]). Helm release Secrets are watched metadata-only and decoded one at a time
 //! ([`helm_secrets`]) by the sanitiser ([`helm`]), and never kept.
@@ -23,6 +23,7 @@ pub mod errors;
 pub mod heartbeat;
 pub mod helm;
 pub mod helm_secrets;
+pub mod history;
 pub mod index;
 pub mod inventory;
 pub mod names;

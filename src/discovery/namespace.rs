@@ -20,7 +20,9 @@ use serde_json::json;
 use super::{
     baselines, connections,
     errors::gone_is_done,
-    helm_secrets, inventory,
+    helm_secrets,
+    history::{self, Keeping, Open},
+    inventory,
     names::CONTROLLER,
     names::{condition_reasons, condition_types},
     network::{self, IngressView, NetworkPolicyView, ServiceView},
@@ -37,7 +39,7 @@ use crate::api::{
     conditions::{self, Desired, types},
     discovery::{
         AutoscalingPolicy, ClusterDiscovery, CronJobEntry, DeploymentEntry, HelmRelease,
-        NamespaceInventory, NamespaceInventoryStatus, WorkloadBaseline,
+        NamespaceInventory, NamespaceInventoryStatus, ReplicaHistory, WorkloadBaseline,
     },
     field_manager,
 };
@@ -91,6 +93,12 @@ pub struct NamespaceSnapshot {
     /// The signals the published Service, Ingress and RBAC entries show, per object the
     /// Events are about (`Service/<name>`, `Ingress/<name>`, `ServiceAccount/<name>`).
     pub published_connections: HashMap<String, Vec<String>>,
+    /// How replica histories are kept (none: switched off, or an unknown time zone).
+    pub history: Option<Keeping>,
+    /// The replica histories the published inventory holds, by autoscaler.
+    pub published_history: HashMap<String, ReplicaHistory>,
+    /// The slot this process observes of each autoscaler, by autoscaler.
+    pub open_slots: HashMap<String, Open>,
     /// When it was loaded.
     pub now: Timestamp,
 }
@@ -115,6 +123,8 @@ pub struct NamespacePlan {
     /// The signals of each Deployment, then of each HPA and ScaledObject, then of each
     /// Service, Ingress and bound ServiceAccount.
     pub signals: Vec<ObjectSignals>,
+    /// The slots now open of its autoscalers, kept once the inventory is written.
+    pub open_slots: HashMap<String, Open>,
 }
 
 /// Loads what `ns`'s inventory is built from (reading the Secrets of changed Helm releases
@@ -127,8 +137,12 @@ pub async fn load(shared: &Shared, ns: &str, cd: &ClusterDiscovery) -> Namespace
     let mut published_signals = HashMap::new();
     let mut published_baselines = HashMap::new();
     let mut published_connections = HashMap::new();
+    let mut published_history = HashMap::new();
     for part in s.inventory_parts(ns) {
         if let Some(st) = &part.status {
+            for h in &st.replica_history {
+                published_history.insert(h.autoscaler.clone(), h.clone());
+            }
             connections::published_signals(st, &mut published_connections);
             published_runs.extend(st.cron_jobs.iter().cloned());
             for d in &st.deployments {
@@ -197,6 +211,9 @@ pub async fn load(shared: &Shared, ns: &str, cd: &ClusterDiscovery) -> Namespace
         role_bindings,
         cluster_role_bindings,
         published_connections,
+        history: history::Keeping::of(&cd.spec.replica_history).ok(),
+        published_history,
+        open_slots: shared.open_slots.of(ns),
         now,
     }
 }
@@ -220,9 +237,24 @@ pub fn decide(s: &NamespaceSnapshot) -> NamespacePlan {
         cron_job_entries(s),
         s.releases.clone(),
     );
+    let mut status = inventory::connect(status, connections);
+    let mut open_slots = HashMap::new();
+    if let Some(keeping) = &s.history {
+        let hpas: Vec<&HpaView> = s.hpas.iter().collect();
+        let scaled: Vec<&ScaledObjectView> = s.scaled_objects.iter().collect();
+        (status.replica_history, open_slots) = history::histories(
+            keeping,
+            &hpas,
+            &scaled,
+            &s.published_history,
+            &s.open_slots,
+            s.now,
+        );
+    }
     NamespacePlan {
-        status: inventory::connect(status, connections),
+        status,
         signals: found,
+        open_slots,
     }
 }
 

@@ -25,6 +25,8 @@ fn snapshot() -> NamespaceSnapshot {
         min: Some(2),
         max: 5,
         scaled_object: None,
+        desired: None,
+        overridden_min: None,
     };
     NamespaceSnapshot {
         namespace: "shop".into(),
@@ -258,6 +260,7 @@ fn a_policy_violation_is_listed_on_the_deployment_and_reported_on_the_scaled_obj
         max: Some(4),
         triggers: vec![("prometheus".into(), None)],
         set_fields: vec![],
+        overridden_min: None,
     }];
     s.policy = Some(AutoscalingPolicy {
         allowed_trigger_types: vec!["cpu".into()],

@@ -112,6 +112,7 @@ mod tests {
             max: Some(10),
             triggers: vec![("cpu".into(), Some("Utilization".into()))],
             set_fields: vec![],
+            overridden_min: None,
         }
     }
 
@@ -123,6 +124,8 @@ mod tests {
             min: Some(1),
             max: 5,
             scaled_object: keda.map(String::from),
+            desired: None,
+            overridden_min: None,
         }
     }
 

@@ -3,7 +3,7 @@
 //! what the rebuilds carry from one to the next ([`RebuildState`]).
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     time::Duration,
 };
 
@@ -14,6 +14,7 @@ use kube::ResourceExt;
 use super::{
     dirty::Dirty,
     errors::namespace_being_deleted,
+    history::Open,
     namespace::{self, ReportedSignals, WrittenDigests},
     progress::Progress,
     record,
@@ -187,6 +188,10 @@ pub async fn rebuild(
         let plan = plan_namespace(shared, reported, progress, cd, ns).await?;
         writing.push(async move {
             let result = namespace::write(shared, written, cd, ns, plan.status, plan.now).await;
+            if result.is_ok() {
+                // The slots that closed are in the inventory now.
+                shared.open_slots.set(ns, plan.open_slots);
+            }
             (ns, result)
         });
         while writing.len() >= WRITERS
@@ -234,6 +239,7 @@ const WRITERS: usize = 4;
 /// One namespace's inventory, ready to write.
 struct Planned {
     status: NamespaceInventoryStatus,
+    open_slots: HashMap<String, Open>,
     now: Timestamp,
 }
 
@@ -252,6 +258,7 @@ async fn plan_namespace(
     progress.built(ns, &plan.status);
     Ok(Planned {
         status: plan.status,
+        open_slots: plan.open_slots,
         now: snapshot.now,
     })
 }

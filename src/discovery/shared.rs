@@ -9,7 +9,7 @@ use kube::Client;
 
 use super::{
     baselines::Baselines, dirty::Pending, heartbeat::Reachability, helm_secrets::HelmState,
-    opt_in::Access, stores::Stores,
+    history::OpenSlots, opt_in::Access, stores::Stores,
 };
 use crate::runtime::{context::Context, events::Publisher};
 
@@ -35,4 +35,6 @@ pub struct Shared {
     pub reachability: Reachability,
     /// Publishes discovery's Events.
     pub events: Publisher,
+    /// The slot each autoscaler's replica history is observing.
+    pub open_slots: OpenSlots,
 }

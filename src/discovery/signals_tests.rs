@@ -61,6 +61,8 @@ fn hpa(name: &str, target: &str, scaled_object: Option<&str>) -> HpaView {
         min: Some(2),
         max: 10,
         scaled_object: scaled_object.map(str::to_string),
+        desired: None,
+        overridden_min: None,
     }
 }
 

@@ -457,6 +457,11 @@ pub struct HpaView {
     pub max: i32,
     /// The ScaledObject that owns it, if KEDA made it.
     pub scaled_object: Option<String>,
+    /// `status.desiredReplicas`: what it asks for now (none before its first status).
+    pub desired: Option<i32>,
+    /// Its own `minReplicas` while a scaling template overrides it (from the
+    /// `moonin.io/original` annotation): what the replica history compares with.
+    pub overridden_min: Option<i32>,
 }
 
 /// Projects an HPA.
@@ -480,7 +485,21 @@ pub fn hpa(h: &HorizontalPodAutoscaler) -> HpaView {
             .iter()
             .find(|o| o.kind == "ScaledObject")
             .map(|o| o.name.clone()),
+        desired: h.status.as_ref().map(|s| s.desired_replicas),
+        overridden_min: original_min(h.annotations(), "minReplicas"),
     }
+}
+
+/// The minimum an override replaced, from its `moonin.io/original` annotation: `Some`
+/// only when the override changed `field` and it was set before.
+fn original_min(
+    annotations: &std::collections::BTreeMap<String, String>,
+    field: &str,
+) -> Option<i32> {
+    let original: serde_json::Value =
+        serde_json::from_str(annotations.get(crate::api::scaling::keys::ORIGINAL)?).ok()?;
+    let v = original.get("spec")?.get(field)?.as_i64()?;
+    i32::try_from(v).ok()
 }
 
 /// A KEDA ScaledObject, reduced.
@@ -500,6 +519,8 @@ pub struct ScaledObjectView {
     pub triggers: Vec<(String, Option<String>)>,
     /// Which of the optional fields an autoscaling policy may forbid are set.
     pub set_fields: Vec<&'static str>,
+    /// Its own `minReplicaCount` while a scaling template overrides it.
+    pub overridden_min: Option<i32>,
 }
 
 /// Projects a ScaledObject.
@@ -514,6 +535,7 @@ pub fn scaled_object(so: &ScaledObject) -> ScaledObjectView {
         ),
         min: so.spec.min_replica_count,
         max: so.spec.max_replica_count,
+        overridden_min: original_min(so.annotations(), "minReplicaCount"),
         triggers: so
             .spec
             .triggers

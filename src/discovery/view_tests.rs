@@ -117,3 +117,36 @@ fn config_references_are_names_only_sorted_and_unique() {
     .expect("pod spec");
     assert_eq!(config_refs(&spec), vec!["ConfigMap/cfg", "Secret/db"]);
 }
+
+#[test]
+fn an_overridden_hpa_keeps_its_own_minimum_from_the_original_annotation() {
+    let hpa_with = |annotations: serde_json::Value| -> HorizontalPodAutoscaler {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "shop", "annotations": annotations},
+            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"},
+                     "minReplicas": 10, "maxReplicas": 30},
+            "status": {"currentReplicas": 10, "desiredReplicas": 12}
+        }))
+        .unwrap()
+    };
+    let overridden = hpa(&hpa_with(json!({
+        "moonin.io/original": "{\"spec\":{\"minReplicas\":2,\"maxReplicas\":20}}"
+    })));
+    assert_eq!(
+        (
+            overridden.min,
+            overridden.overridden_min,
+            overridden.desired
+        ),
+        (Some(10), Some(2), Some(12))
+    );
+    // An override of the maximum only, an unset minimum before it, or no override at all.
+    for annotations in [
+        json!({"moonin.io/original": "{\"spec\":{\"maxReplicas\":20}}"}),
+        json!({"moonin.io/original": "{\"spec\":{\"minReplicas\":null}}"}),
+        json!({"moonin.io/original": "not json"}),
+        json!({}),
+    ] {
+        assert_eq!(hpa(&hpa_with(annotations)).overridden_min, None);
+    }
+}

@@ -3,11 +3,13 @@
 //! Load (`load.rs`, from shared caches) → Decide (`decide.rs`, pure) → Commit
 //! (`commit.rs`, guarded writes); `window.rs` holds the pure window maths (over
 //! [`crate::cron`]),
-//! `controller.rs` the wiring, `schedule.rs` the `moonin schedule` command.
+//! `controller.rs` the wiring, `schedule.rs` the `moonin schedule` command, `suggest/`
+//! the `moonin suggest` command.
 
 pub mod commit;
 pub mod controller;
 pub mod decide;
 pub mod load;
 pub mod schedule;
+pub mod suggest;
 pub mod window;

@@ -15,6 +15,7 @@ mod discovery_config;
 mod foundation;
 mod gitops;
 mod harness;
+mod history;
 mod hostile;
 mod image;
 mod network;

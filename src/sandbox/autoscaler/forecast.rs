@@ -1,10 +1,9 @@
-//! The pure maths of predictive warm-up: which slot of the period an instant falls in (in
-//! the policy's time zone), how a closed slot's claim count is blended into the history,
-//! how many claims the history expects over a span of time, and how many ready Pods cover
-//! them. No clock, no I/O; decide (`decide/predict.rs`) and the `warmup_trace` benchmark
+//! The pure maths of predictive warm-up: the policy's slots (over [`crate::cron::slots`]),
+//! how a closed slot's claim count is blended into the history, how many claims the
+//! history expects over a span of time, and how many ready Pods cover them. No clock, no I/O; decide (`decide/predict.rs`) and the `warmup_trace` benchmark
 //! use it.
 
-use jiff::{SignedDuration, Timestamp, civil::DateTime, tz::TimeZone};
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::sandbox::{ClaimHistory, PredictivePolicy};
@@ -20,51 +19,18 @@ pub const NEWEST_WEIGHT: f64 = 0.3;
 /// cut cold claims a little more but cost more idle Pod-hours than the goal allows.
 pub const SHORTFALL: f64 = 0.1;
 
-/// The first slot of every period starts at this civil instant (a Monday, 00:00) plus a
-/// whole number of periods, in the policy's time zone.
-const ANCHOR: DateTime = jiff::civil::date(1970, 1, 5).at(0, 0, 0, 0);
-
-/// How the period is cut into slots, in which time zone.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Geometry {
-    /// Slot length, seconds (at least 1).
-    pub slot_secs: i64,
-    /// Slots per period (at least 1).
-    pub slots: usize,
-    /// The time zone's name, as the history records it.
-    pub zone: String,
-    /// The time zone.
-    pub tz: TimeZone,
-}
-
-/// One slot: its index in the period and when it starts and ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Slot {
-    /// Index in the period, `0..slots`.
-    pub index: usize,
-    /// First instant of the slot.
-    pub start: Timestamp,
-    /// First instant after it.
-    pub end: Timestamp,
-}
+pub use crate::cron::slots::{Geometry, Slot, span};
 
 impl Geometry {
     /// The geometry of a policy, or why there is none (an unknown time zone).
     pub fn of(policy: &PredictivePolicy) -> Result<Self, String> {
-        let zone = policy.time_zone.clone().unwrap_or_else(|| "UTC".into());
-        let tz = TimeZone::get(&zone)
-            .map_err(|_| format!("time zone {zone:?} is unknown: predictive warm-up is off"))?;
-        let slot_secs = i64::from(policy.slot_seconds.max(1));
-        let period = i64::from(policy.period_seconds.max(1)).max(slot_secs);
-        let slots = usize::try_from(period / slot_secs)
-            .unwrap_or(1)
-            .clamp(1, 2016);
-        Ok(Self {
-            slot_secs,
-            slots,
+        let zone = policy.time_zone.as_deref().unwrap_or("UTC");
+        Geometry::new(
+            i64::from(policy.slot_seconds),
+            i64::from(policy.period_seconds),
             zone,
-            tz,
-        })
+        )
+        .map_err(|e| format!("{e}: predictive warm-up is off"))
     }
 
     /// True when a history was built with this geometry (else it starts again).
@@ -73,45 +39,6 @@ impl Geometry {
             && i64::from(h.period_seconds) == self.period_secs()
             && h.time_zone == self.zone
             && h.expected.len() == self.slots
-    }
-
-    fn period_secs(&self) -> i64 {
-        self.slot_secs * i64::try_from(self.slots).unwrap_or(1)
-    }
-
-    /// Civil seconds since the anchor, in the time zone.
-    fn civil(&self, t: Timestamp) -> i64 {
-        let dt = self.tz.to_datetime(t);
-        dt.duration_since(ANCHOR).as_secs()
-    }
-
-    /// The instant of civil seconds since the anchor; a civil time skipped by a daylight
-    /// saving change maps to the instant just after the gap.
-    fn instant(&self, civil: i64) -> Timestamp {
-        let dt = ANCHOR
-            .checked_add(SignedDuration::from_secs(civil))
-            .unwrap_or(ANCHOR);
-        self.tz
-            .to_ambiguous_timestamp(dt)
-            .compatible()
-            .unwrap_or(Timestamp::UNIX_EPOCH)
-    }
-
-    /// The slot `t` falls in.
-    pub fn slot_at(&self, t: Timestamp) -> Slot {
-        let c = self.civil(t);
-        let pos = c.rem_euclid(self.period_secs());
-        let start_civil = c - pos % self.slot_secs;
-        let start = self.instant(start_civil).min(t);
-        let end = self.instant(start_civil + self.slot_secs).max(
-            t.checked_add(SignedDuration::from_secs(1))
-                .unwrap_or(Timestamp::MAX),
-        );
-        Slot {
-            index: usize::try_from(pos / self.slot_secs).unwrap_or(0),
-            start,
-            end,
-        }
     }
 
     /// A new history: nothing observed, counting from the slot of `now`.
@@ -208,16 +135,6 @@ pub fn start_p90(starts: &[SignedDuration]) -> Option<i32> {
     i32::try_from(secs[at.min(secs.len() - 1)]).ok()
 }
 
-/// `30s`, `15m`, `2h`, `1d`: the largest whole unit.
-pub fn span(secs: i64) -> String {
-    match secs {
-        s if s >= 86_400 && s % 86_400 == 0 => format!("{}d", s / 86_400),
-        s if s >= 3_600 && s % 3_600 == 0 => format!("{}h", s / 3_600),
-        s if s >= 60 && s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,45 +147,6 @@ mod tests {
             time_zone: zone.map(str::to_string),
         })
         .unwrap()
-    }
-
-    fn ts(s: &str) -> Timestamp {
-        s.parse().unwrap()
-    }
-
-    #[test]
-    fn slots_count_from_monday_midnight_in_the_time_zone() {
-        let week = geometry(900, 604_800, Some("Europe/Berlin"));
-        // Monday 2026-11-30 09:00 in Berlin (UTC+1) is 08:00 UTC: slot 36 of the week.
-        let s = week.slot_at(ts("2026-11-30T08:05:00Z"));
-        assert_eq!(s.index, 36);
-        assert_eq!(s.start, ts("2026-11-30T08:00:00Z"));
-        assert_eq!(s.end, ts("2026-11-30T08:15:00Z"));
-        // Sunday 23:59 Berlin is the last slot.
-        assert_eq!(week.slot_at(ts("2026-11-29T22:59:00Z")).index, 671);
-        // The same civil time in summer (UTC+2) is the same slot.
-        assert_eq!(week.slot_at(ts("2026-06-01T07:05:00Z")).index, 36);
-        let utc = geometry(900, 604_800, None);
-        assert_eq!(utc.slot_at(ts("2026-11-30T08:05:00Z")).index, 32);
-    }
-
-    #[test]
-    fn a_daylight_saving_change_shortens_or_lengthens_one_slot_only() {
-        let day = geometry(3600, 86_400, Some("Europe/Berlin"));
-        // 2026-03-29 02:00 Berlin does not exist: the 01:00 slot ends at 03:00 local.
-        let s = day.slot_at(ts("2026-03-29T00:30:00Z"));
-        assert_eq!(
-            (s.index, s.start, s.end),
-            (1, ts("2026-03-29T00:00:00Z"), ts("2026-03-29T01:00:00Z"))
-        );
-        let after = day.slot_at(ts("2026-03-29T01:30:00Z"));
-        assert_eq!(after.index, 3);
-        // Every instant is inside the slot found for it.
-        for minute in 0..(48 * 60) {
-            let t = ts("2026-10-24T12:00:00Z") + SignedDuration::from_mins(minute);
-            let s = day.slot_at(t);
-            assert!(s.start <= t && t < s.end, "{t}: {s:?}");
-        }
     }
 
     #[test]
@@ -316,9 +194,6 @@ mod tests {
         assert_eq!(start_p90(&[d(0)]), Some(1));
         let ten: Vec<_> = (1..=10).map(d).collect();
         assert_eq!(start_p90(&ten), Some(9));
-        assert_eq!(span(900), "15m");
-        assert_eq!(span(90), "90s");
-        assert_eq!(span(7200), "2h");
     }
 
     #[test]

@@ -1,0 +1,200 @@
+//! A repeating period (a week, a day, a few seconds in tests) cut into equal slots in a
+//! time zone: which slot an instant falls in, when it starts and ends, and which period it
+//! belongs to. Counted from a Monday 00:00 in the zone, so a slot keeps its civil time of
+//! day across daylight saving changes (the slot that contains a change is an hour shorter
+//! or longer). Pure; shared by the histories that follow a weekly rhythm (the sandbox
+//! pools' claims, discovery's replicas).
+
+use jiff::{SignedDuration, Timestamp, civil::DateTime, tz::TimeZone};
+
+/// The first slot of every period starts at this civil instant (a Monday, 00:00) plus a
+/// whole number of periods, in the geometry's time zone.
+const ANCHOR: DateTime = jiff::civil::date(1970, 1, 5).at(0, 0, 0, 0);
+
+/// At most this many slots in a period.
+pub const MAX_SLOTS: usize = 2016;
+
+/// How the period is cut into slots, in which time zone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Geometry {
+    /// Slot length, seconds (at least 1).
+    pub slot_secs: i64,
+    /// Slots per period (1 to [`MAX_SLOTS`]).
+    pub slots: usize,
+    /// The time zone's name, as histories record it.
+    pub zone: String,
+    /// The time zone.
+    pub tz: TimeZone,
+}
+
+/// One slot: its index in the period, when it starts and ends, and its period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// Index in the period, `0..slots`.
+    pub index: usize,
+    /// First instant of the slot.
+    pub start: Timestamp,
+    /// First instant after it.
+    pub end: Timestamp,
+    /// Whole periods from the anchor to the slot's period.
+    pub period: i64,
+}
+
+impl Geometry {
+    /// Slots of `slot_secs` in a period of `period_secs` (rounded down to whole slots) in
+    /// the IANA time zone `zone`, or why not (the zone is unknown).
+    pub fn new(slot_secs: i64, period_secs: i64, zone: &str) -> Result<Self, String> {
+        let tz = TimeZone::get(zone).map_err(|_| format!("time zone {zone:?} is unknown"))?;
+        let slot_secs = slot_secs.max(1);
+        let slots = usize::try_from(period_secs.max(slot_secs) / slot_secs)
+            .unwrap_or(1)
+            .clamp(1, MAX_SLOTS);
+        Ok(Self {
+            slot_secs,
+            slots,
+            zone: zone.to_string(),
+            tz,
+        })
+    }
+
+    /// The period's length, seconds.
+    pub fn period_secs(&self) -> i64 {
+        self.slot_secs * i64::try_from(self.slots).unwrap_or(1)
+    }
+
+    /// Civil seconds since the anchor, in the time zone.
+    fn civil(&self, t: Timestamp) -> i64 {
+        let dt = self.tz.to_datetime(t);
+        dt.duration_since(ANCHOR).as_secs()
+    }
+
+    /// The instant of civil seconds since the anchor; a civil time skipped by a daylight
+    /// saving change maps to the instant just after the gap.
+    fn instant(&self, civil: i64) -> Timestamp {
+        let dt = ANCHOR
+            .checked_add(SignedDuration::from_secs(civil))
+            .unwrap_or(ANCHOR);
+        self.tz
+            .to_ambiguous_timestamp(dt)
+            .compatible()
+            .unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    /// The slot `t` falls in.
+    pub fn slot_at(&self, t: Timestamp) -> Slot {
+        let c = self.civil(t);
+        let pos = c.rem_euclid(self.period_secs());
+        let start_civil = c - pos % self.slot_secs;
+        let start = self.instant(start_civil).min(t);
+        let end = self.instant(start_civil + self.slot_secs).max(
+            t.checked_add(SignedDuration::from_secs(1))
+                .unwrap_or(Timestamp::MAX),
+        );
+        Slot {
+            index: usize::try_from(pos / self.slot_secs).unwrap_or(0),
+            start,
+            end,
+            period: c.div_euclid(self.period_secs()),
+        }
+    }
+
+    /// When period `period` (whole periods from the anchor) starts.
+    pub fn period_start(&self, period: i64) -> Timestamp {
+        self.instant(period.saturating_mul(self.period_secs()))
+    }
+
+    /// When slot `index` of period `period` starts.
+    pub fn slot_start(&self, period: i64, index: usize) -> Timestamp {
+        self.instant(
+            period
+                .saturating_mul(self.period_secs())
+                .saturating_add(self.offset(index)),
+        )
+    }
+
+    /// The civil start of slot `index` as seconds into its period (slot 0 is a Monday
+    /// 00:00 in the zone).
+    pub fn offset(&self, index: usize) -> i64 {
+        self.slot_secs * i64::try_from(index).unwrap_or(0)
+    }
+}
+
+/// `30s`, `15m`, `2h`, `1d`: the largest whole unit.
+pub fn span(secs: i64) -> String {
+    match secs {
+        s if s >= 86_400 && s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s >= 3_600 && s % 3_600 == 0 => format!("{}h", s / 3_600),
+        s if s >= 60 && s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn slots_count_from_monday_midnight_in_the_time_zone() {
+        let week = Geometry::new(900, 604_800, "Europe/Berlin").unwrap();
+        // Monday 2026-11-30 09:00 in Berlin (UTC+1) is 08:00 UTC: slot 36 of the week.
+        let s = week.slot_at(ts("2026-11-30T08:05:00Z"));
+        assert_eq!(s.index, 36);
+        assert_eq!(s.start, ts("2026-11-30T08:00:00Z"));
+        assert_eq!(s.end, ts("2026-11-30T08:15:00Z"));
+        // Sunday 23:59 Berlin is the last slot, of the period before.
+        let sunday = week.slot_at(ts("2026-11-29T22:59:00Z"));
+        assert_eq!((sunday.index, sunday.period), (671, s.period - 1));
+        // The same civil time in summer (UTC+2) is the same slot.
+        assert_eq!(week.slot_at(ts("2026-06-01T07:05:00Z")).index, 36);
+        let utc = Geometry::new(900, 604_800, "UTC").unwrap();
+        assert_eq!(utc.slot_at(ts("2026-11-30T08:05:00Z")).index, 32);
+        assert_eq!(utc.offset(32), 8 * 3600);
+    }
+
+    #[test]
+    fn a_daylight_saving_change_shortens_or_lengthens_one_slot_only() {
+        let day = Geometry::new(3600, 86_400, "Europe/Berlin").unwrap();
+        // 2026-03-29 02:00 Berlin does not exist: the 01:00 slot ends at 03:00 local.
+        let s = day.slot_at(ts("2026-03-29T00:30:00Z"));
+        assert_eq!(
+            (s.index, s.start, s.end),
+            (1, ts("2026-03-29T00:00:00Z"), ts("2026-03-29T01:00:00Z"))
+        );
+        let after = day.slot_at(ts("2026-03-29T01:30:00Z"));
+        assert_eq!(after.index, 3);
+        // Every instant is inside the slot found for it.
+        for minute in 0..(48 * 60) {
+            let t = ts("2026-10-24T12:00:00Z") + SignedDuration::from_mins(minute);
+            let s = day.slot_at(t);
+            assert!(s.start <= t && t < s.end, "{t}: {s:?}");
+        }
+    }
+
+    #[test]
+    fn short_periods_count_whole_periods_from_the_anchor() {
+        let g = Geometry::new(5, 60, "UTC").unwrap();
+        let at = |secs: i64| {
+            Timestamp::UNIX_EPOCH + SignedDuration::from_hours(96) + SignedDuration::from_secs(secs)
+        };
+        assert_eq!((g.slot_at(at(0)).index, g.slot_at(at(0)).period), (0, 0));
+        assert_eq!((g.slot_at(at(59)).index, g.slot_at(at(59)).period), (11, 0));
+        assert_eq!((g.slot_at(at(65)).index, g.slot_at(at(65)).period), (1, 1));
+        assert_eq!(g.slot_at(at(-1)).period, -1);
+        assert_eq!(g.period_start(1), at(60));
+        assert_eq!(g.slot_at(g.period_start(7)).index, 0);
+    }
+
+    #[test]
+    fn spans_use_the_largest_whole_unit_and_unknown_zones_are_refused() {
+        assert_eq!(span(900), "15m");
+        assert_eq!(span(90), "90s");
+        assert_eq!(span(7200), "2h");
+        assert_eq!(span(86_400), "1d");
+        let e = Geometry::new(60, 600, "Mars/Olympus_Mons").unwrap_err();
+        assert!(e.contains("Mars/Olympus_Mons"), "{e}");
+    }
+}

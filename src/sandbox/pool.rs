@@ -266,7 +266,9 @@ fn triage<'a>(snap: &'a PoolSnapshot, ops: &mut Vec<PodOp>) -> (Vec<&'a PodView>
                     }
                     released
                 }
-                Some(c) if c.pending() => {
+                // Pending and not held yet (two Pods can name one claim when a bind was
+                // planned from a cache that missed the first one: the first keeps it).
+                Some(c) if c.pending() && !held.contains(&c.uid.as_str()) => {
                     ops.push(PodOp::FinishBind {
                         pod: pod.name.clone(),
                         ip: pod.ip.clone(),
@@ -276,7 +278,8 @@ fn triage<'a>(snap: &'a PoolSnapshot, ops: &mut Vec<PodOp>) -> (Vec<&'a PodView>
                     false
                 }
                 Some(_) => {
-                    // The claim is bound to another Pod: this one lost a race; free it.
+                    // The claim is bound to, or being finished on, another Pod: this one
+                    // lost a race; free it.
                     ops.push(PodOp::Unclaim {
                         pod: pod.name.clone(),
                         resource_version: pod.resource_version.clone(),

@@ -351,3 +351,203 @@ fn pod_names_are_valid_and_vary() {
     assert!(a.starts_with("pool-") && a.len() == 10, "{a}");
     assert!(pod_name(&"x".repeat(80), 7).len() <= 63);
 }
+
+#[test]
+fn two_pods_naming_one_pending_claim_finish_one_bind_and_free_the_other() {
+    // A bind planned from a cache that missed the first: both Pods name the claim, whose
+    // status write never came.
+    let mut a = pod("a", true);
+    let mut b = pod("b", true);
+    a.claim = Some(("c".into(), "c-uid".into()));
+    b.claim = Some(("c".into(), "c-uid".into()));
+    let p = plan(&snap(2, vec![a, b], vec![claim("c", 0)]), names());
+    assert_eq!(
+        p.ops,
+        vec![
+            PodOp::FinishBind {
+                pod: "a".into(),
+                ip: Some("10.0.0.1".into()),
+                claim: "c".into()
+            },
+            PodOp::Unclaim {
+                pod: "b".into(),
+                resource_version: "1".into()
+            },
+        ]
+    );
+}
+
+mod fuzzed {
+    //! Random pools — Pods in every state, claims in every phase, naming each other or
+    //! objects that do not exist — against the planner's safety rules.
+
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn arb_pod(i: usize) -> impl Strategy<Value = PodView> {
+        (
+            any::<bool>(),
+            any::<bool>(),
+            prop::bool::weighted(0.1),
+            prop::bool::weighted(0.1),
+            prop::option::weighted(0.5, 0usize..10),
+            prop::bool::weighted(0.1),
+            0i64..100,
+        )
+            .prop_map(
+                move |(ready, ip, terminating, finished, claim, marked, since)| PodView {
+                    name: format!("p{i}"),
+                    uid: format!("p{i}-uid"),
+                    resource_version: "7".into(),
+                    ready,
+                    ip: ip.then(|| format!("10.0.0.{i}")),
+                    terminating,
+                    finished,
+                    claim: claim.map(|c| (format!("c{c}"), format!("c{c}-uid"))),
+                    marked,
+                    since: t(since),
+                },
+            )
+    }
+
+    fn arb_claim(i: usize) -> impl Strategy<Value = ClaimView> {
+        (
+            prop::option::of(prop_oneof![
+                Just("Pending"),
+                Just("Bound"),
+                Just("Released"),
+                Just("Failed")
+            ]),
+            prop::option::weighted(0.5, 0usize..10),
+            0i64..100,
+        )
+            .prop_map(move |(phase, pod, created)| ClaimView {
+                name: format!("c{i}"),
+                uid: format!("c{i}-uid"),
+                created: t(created),
+                phase: phase.map(str::to_string),
+                pod_name: pod.map(|p| format!("p{p}")),
+            })
+    }
+
+    fn arb_snapshot() -> impl Strategy<Value = PoolSnapshot> {
+        (
+            0usize..8,
+            0usize..8,
+            -1i32..10,
+            any::<bool>(),
+            0usize..3,
+            any::<bool>(),
+        )
+            .prop_flat_map(|(pods, claims, replicas, reuse, in_flight, synced)| {
+                let pods: Vec<_> = (0..pods).map(arb_pod).collect();
+                let claims: Vec<_> = (0..claims).map(arb_claim).collect();
+                (pods, claims).prop_map(move |(pods, claims)| PoolSnapshot {
+                    replicas,
+                    recycle: if reuse {
+                        RecyclePolicy::Reuse
+                    } else {
+                        RecyclePolicy::Replace
+                    },
+                    pods,
+                    in_flight_creates: (0..in_flight).map(|i| format!("f{i}")).collect(),
+                    claims,
+                    claims_synced: synced,
+                })
+            })
+    }
+
+    /// The Pod and the claim an op is about.
+    fn subjects(op: &PodOp) -> (Option<&str>, Option<&str>) {
+        match op {
+            PodOp::Create(name) => (Some(name), None),
+            PodOp::Bind { pod, claim, .. } | PodOp::FinishBind { pod, claim, .. } => {
+                (Some(pod), Some(claim))
+            }
+            PodOp::Unclaim { pod, .. } | PodOp::Delete { pod, .. } => (Some(pod), None),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn a_plan_binds_each_pod_and_claim_once_and_never_takes_a_held_sandbox(
+            s in arb_snapshot()
+        ) {
+            let p = plan(&s, names());
+            let pods: HashMap<&str, &PodView> = s.pods.iter().map(|p| (p.name.as_str(), p)).collect();
+            let claims: HashMap<&str, &ClaimView> = s.claims.iter().map(|c| (c.name.as_str(), c)).collect();
+            let mut pod_ops: HashMap<&str, usize> = HashMap::new();
+            let mut claim_binds: HashMap<&str, usize> = HashMap::new();
+            for op in &p.ops {
+                let (pod, claim) = subjects(op);
+                if let Some(pod) = pod {
+                    *pod_ops.entry(pod).or_default() += 1;
+                }
+                if let Some(claim) = claim {
+                    *claim_binds.entry(claim).or_default() += 1;
+                }
+            }
+            // One write per Pod, one bind per claim.
+            prop_assert!(pod_ops.values().all(|&n| n == 1), "{:?}", p.ops);
+            prop_assert!(claim_binds.values().all(|&n| n == 1), "{:?}", p.ops);
+            for op in &p.ops {
+                match op {
+                    // A bind takes a free, ready Pod for a Pending claim no Pod holds.
+                    PodOp::Bind { pod, claim, .. } => {
+                        prop_assert!(pods[pod.as_str()].bindable(), "{op:?}");
+                        let c = claims[claim.as_str()];
+                        prop_assert!(c.pending(), "{op:?}");
+                        let held = s.pods.iter().any(|p| {
+                            !p.terminating
+                                && !p.finished
+                                && p.claim.as_ref().is_some_and(|(_, uid)| *uid == c.uid)
+                        });
+                        prop_assert!(!held, "{op:?} binds a claim a Pod already holds");
+                    }
+                    // Finishing a bind needs the Pod to name the claim, which is Pending.
+                    PodOp::FinishBind { pod, claim, .. } => {
+                        let named = pods[pod.as_str()].claim.as_ref().map(|(n, _)| n.as_str());
+                        prop_assert_eq!(named, Some(claim.as_str()));
+                        prop_assert!(claims[claim.as_str()].pending(), "{op:?}");
+                    }
+                    // A Pod its claim holds (Bound to it, not released, still running) is
+                    // never deleted or freed, and a Pod whose claim may still exist is never
+                    // freed unseen.
+                    PodOp::Delete { pod, .. } | PodOp::Unclaim { pod, .. } => {
+                        let v = pods[pod.as_str()];
+                        let serving = v.claim.as_ref().and_then(|(_, uid)| {
+                            s.claims.iter().find(|c| &c.uid == uid)
+                        }).is_some_and(|c| {
+                            c.pod_name.as_deref() == Some(pod.as_str())
+                                && c.phase.as_deref() != Some("Released")
+                        });
+                        prop_assert!(v.finished || !serving, "{op:?} takes a sandbox its claim holds");
+                        let orphan_unseen = v.claim.as_ref().is_some_and(|(_, uid)| {
+                            !s.claims.iter().any(|c| &c.uid == uid)
+                        }) && !s.claims_synced && !v.finished;
+                        prop_assert!(!orphan_unseen, "{op:?} before the claim cache synced");
+                    }
+                    PodOp::Create(_) => {}
+                }
+            }
+            // Never more Pods than asked for are created, and the counts add up.
+            let wanted = usize::try_from(s.replicas.max(0)).unwrap_or(0);
+            let creates = p.ops.iter().filter(|o| matches!(o, PodOp::Create(_))).count();
+            let deleted: Vec<&str> = p.ops.iter().filter_map(|o| match o {
+                PodOp::Delete { pod, .. } => Some(pod.as_str()),
+                _ => None,
+            }).collect();
+            let kept = s.pods.iter().filter(|v| !v.terminating && !deleted.contains(&v.name.as_str())).count()
+                + s.in_flight_creates.len();
+            prop_assert!(creates == 0 || kept + creates == wanted, "{:?}", p.ops);
+            prop_assert_eq!(usize::try_from(p.counts.replicas).unwrap_or(0), kept + creates);
+            prop_assert!(p.counts.replicas >= 0 && p.counts.idle >= 0 && p.counts.claimed >= 0);
+            prop_assert!(p.counts.idle + p.counts.claimed <= p.counts.replicas, "{:?}", p.counts);
+        }
+    }
+}

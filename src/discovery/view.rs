@@ -492,14 +492,10 @@ pub fn hpa(h: &HorizontalPodAutoscaler) -> HpaView {
 
 /// The minimum an override replaced, from its `moonin.io/original` annotation: `Some`
 /// only when the override changed `field` and it was set before.
-fn original_min(
-    annotations: &std::collections::BTreeMap<String, String>,
-    field: &str,
-) -> Option<i32> {
+fn original_min(annotations: &BTreeMap<String, String>, field: &str) -> Option<i32> {
     let original: serde_json::Value =
         serde_json::from_str(annotations.get(crate::api::scaling::keys::ORIGINAL)?).ok()?;
-    let v = original.get("spec")?.get(field)?.as_i64()?;
-    i32::try_from(v).ok()
+    i32::try_from(original.get("spec")?.get(field)?.as_i64()?).ok()
 }
 
 /// A KEDA ScaledObject, reduced.

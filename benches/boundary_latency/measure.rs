@@ -20,7 +20,7 @@ use moonin::api::{keda::ScaledObject, scaling::ScalingTemplate};
 use crate::{
     CREATE_CONCURRENCY, Carrier, HPA_MAX, HPA_MIN, POLL, Params, REPLICAS,
     objects::{deployment, hpa, scaled_object, template},
-    probes::{moonin_events, write_floor},
+    probes::{moonin_events, spec_floor, write_floor},
     report::{Leftovers, LogSummary, Report},
     server::{machine_note, rival_managers},
     shared::{
@@ -115,6 +115,28 @@ pub async fn measure(
         ));
     }
 
+    // The same floor with the window's own spec writes: what those writes cost with the
+    // Deployment, HPA or KEDA controllers reacting to them. Open, settle, close, settle;
+    // then the watches forget what they saw, so the window's edges are Moonin's alone.
+    let spec_open = spec_floor(&t, &names, true).await;
+    settle(&t, &names, crate::ACTION_MIN).await;
+    let spec_close = spec_floor(&t, &names, false).await;
+    settle(&t, &names, REPLICAS).await;
+    {
+        let mut seen = t.seen.lock().expect("seen");
+        seen.hpas.values_mut().for_each(|e| *e = Default::default());
+        seen.deployments
+            .values_mut()
+            .for_each(|e| *e = Default::default());
+    }
+    if let (Some(o), Some(c)) = (&spec_open, &spec_close) {
+        progress(&format!(
+            "spec-write floor: open p99 {:.0} ms, close p99 {:.0} ms",
+            o.p99, c.p99
+        ));
+    }
+    wait_for_quiet_machine(p, identity).await;
+
     // 2. The templates, on the next whole minute that leaves time to set up.
     let earliest = Timestamp::now().as_second() + p.setup_secs;
     let open = Timestamp::from_second((earliest + 59) / 60 * 60).expect("timestamp");
@@ -136,12 +158,33 @@ pub async fn measure(
         close,
         latencies,
         floor,
+        spec_floor: spec_open.zip(spec_close),
         startup,
         window,
         left,
         log,
         events,
     })
+}
+
+/// Waits (at most 2 minutes) until every Deployment has exactly `replicas` available.
+async fn settle(t: &Targets, names: &[String], replicas: i32) {
+    let done = wait::until(
+        &format!("every Deployment at {replicas} available"),
+        Instant::now() + Duration::from_secs(120),
+        POLL,
+        || async {
+            let s = t.seen.lock().expect("seen");
+            names
+                .iter()
+                .all(|n| s.available.get(n) == Some(&replicas))
+                .then_some(())
+        },
+    )
+    .await;
+    if let Err(e) = done {
+        progress(&format!("{e}; going on"));
+    }
 }
 
 /// Creates a Deployment and its autoscaler per action, and waits (at most 5 minutes) until every

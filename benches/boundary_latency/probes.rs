@@ -1,4 +1,4 @@
-//! Requests the benchmark sends itself: the write floor and one request's round trip on
+//! Requests the benchmark sends itself: the write floors and one request's round trip on
 //! this control plane, the manager's Events, and the cleanup.
 
 use std::{
@@ -25,29 +25,57 @@ use crate::{
 };
 
 /// Sends a merge patch of one annotation to every target's Deployment and then its
-/// autoscaler (HPA or ScaledObject), with at most
-/// [`moonin::scaling::commit::MAX_IN_FLIGHT`] requests in flight, all started at one
-/// instant; the time from that instant to each write's response.
+/// autoscaler (HPA or ScaledObject): writes no controller reacts to. See [`send`].
 pub async fn write_floor(t: &Targets, names: &[String]) -> Option<Stats> {
+    let patch = json!({"metadata": {"annotations": {"bench/floor": "1"}}});
+    send(t, names, &patch, &patch).await
+}
+
+/// The window's own spec writes, sent by the benchmark: at `open` each Deployment's replicas
+/// and its autoscaler's bounds as the actions set them, else both back to what they were.
+/// The Deployment, HPA and KEDA controllers react to these as to Moonin's. See [`send`].
+pub async fn spec_floor(t: &Targets, names: &[String], open: bool) -> Option<Stats> {
+    let (replicas, min, max) = if open {
+        (crate::ACTION_MIN, crate::ACTION_MIN, crate::ACTION_MAX)
+    } else {
+        (crate::REPLICAS, crate::HPA_MIN, crate::HPA_MAX)
+    };
+    let deployment = json!({"spec": {"replicas": replicas}});
+    let carrier = match t.carrier {
+        Carrier::Hpa => json!({"spec": {"minReplicas": min, "maxReplicas": max}}),
+        Carrier::ScaledObject => json!({"spec": {"minReplicaCount": min, "maxReplicaCount": max}}),
+    };
+    send(t, names, &deployment, &carrier).await
+}
+
+/// Sends `deployment` to every target's Deployment and then `carrier` to its autoscaler,
+/// as merge patches, with at most [`moonin::scaling::commit::MAX_IN_FLIGHT`] requests in
+/// flight, all started at one instant; the time from that instant to each write's response.
+async fn send(
+    t: &Targets,
+    names: &[String],
+    deployment: &serde_json::Value,
+    carrier: &serde_json::Value,
+) -> Option<Stats> {
     let (deployments, hpas, scaled_objects) = (&t.deployments, &t.hpas, &t.scaled_objects);
-    let patch = Patch::Merge(json!({"metadata": {"annotations": {"bench/floor": "1"}}}));
+    let (deployment, carrier) = (Patch::Merge(deployment), Patch::Merge(carrier));
     let pp = PatchParams::default();
     let start = Instant::now();
     let times: Vec<f64> = stream::iter(names)
         .map(|name| {
-            let (patch, pp) = (&patch, &pp);
+            let (deployment, carrier, pp) = (&deployment, &carrier, &pp);
             async move {
                 let mut out = Vec::new();
-                if deployments.patch(name, pp, patch).await.is_ok() {
+                if deployments.patch(name, pp, deployment).await.is_ok() {
                     out.push(start.elapsed().as_secs_f64() * 1000.0);
                 }
-                let carrier = match t.carrier {
-                    Carrier::Hpa => hpas.patch(name, pp, patch).await.map(|_| ()),
+                let written = match t.carrier {
+                    Carrier::Hpa => hpas.patch(name, pp, carrier).await.map(|_| ()),
                     Carrier::ScaledObject => {
-                        scaled_objects.patch(name, pp, patch).await.map(|_| ())
+                        scaled_objects.patch(name, pp, carrier).await.map(|_| ())
                     }
                 };
-                if carrier.is_ok() {
+                if written.is_ok() {
                     out.push(start.elapsed().as_secs_f64() * 1000.0);
                 }
                 out

@@ -32,8 +32,11 @@ pub async fn write_floor(t: &Targets, names: &[String]) -> Option<Stats> {
 }
 
 /// The window's own spec writes, sent by the benchmark: at `open` each Deployment's replicas
-/// and its autoscaler's bounds as the actions set them, else both back to what they were.
-/// The Deployment, HPA and KEDA controllers react to these as to Moonin's. See [`send`].
+/// and then its autoscaler's bounds as the actions set them; at close the autoscaler's
+/// bounds back first and, once the HPA controller has acted on them (as Moonin waits, so
+/// that the old bounds do not scale the Deployment right back; not waited for a
+/// ScaledObject, whose HPA KEDA writes), the Deployment's replicas. The Deployment, HPA and
+/// KEDA controllers react to these as to Moonin's. See [`send`].
 pub async fn spec_floor(t: &Targets, names: &[String], open: bool) -> Option<Stats> {
     let (replicas, min, max) = if open {
         (crate::ACTION_MIN, crate::ACTION_MIN, crate::ACTION_MAX)
@@ -45,7 +48,69 @@ pub async fn spec_floor(t: &Targets, names: &[String], open: bool) -> Option<Sta
         Carrier::Hpa => json!({"spec": {"minReplicas": min, "maxReplicas": max}}),
         Carrier::ScaledObject => json!({"spec": {"minReplicaCount": min, "maxReplicaCount": max}}),
     };
-    send(t, names, &deployment, &carrier).await
+    if open {
+        send(t, names, &deployment, &carrier).await
+    } else {
+        send_close(t, names, &carrier, &deployment).await
+    }
+}
+
+/// [`spec_floor`] at close: the autoscaler, its controller's observation, the Deployment.
+async fn send_close(
+    t: &Targets,
+    names: &[String],
+    carrier: &serde_json::Value,
+    deployment: &serde_json::Value,
+) -> Option<Stats> {
+    let (carrier, deployment) = (Patch::Merge(carrier), Patch::Merge(deployment));
+    let pp = PatchParams::default();
+    let start = Instant::now();
+    let times: Vec<f64> = stream::iter(names)
+        .map(|name| {
+            let (carrier, deployment, pp) = (&carrier, &deployment, &pp);
+            async move {
+                let mut out = Vec::new();
+                let generation = match t.carrier {
+                    Carrier::Hpa => t
+                        .hpas
+                        .patch(name, pp, carrier)
+                        .await
+                        .ok()
+                        .map(|h| h.metadata.generation),
+                    Carrier::ScaledObject => t
+                        .scaled_objects
+                        .patch(name, pp, carrier)
+                        .await
+                        .ok()
+                        .map(|_| None),
+                };
+                let Some(generation) = generation else {
+                    return out;
+                };
+                out.push(start.elapsed().as_secs_f64() * 1000.0);
+                if let Some(g) = generation {
+                    let _ = wait::until(
+                        "the HPA controller to act on the restored bounds",
+                        Instant::now() + Duration::from_secs(30),
+                        Duration::from_millis(20),
+                        || async {
+                            let s = t.seen.lock().expect("seen");
+                            s.observed.get(name).is_some_and(|o| *o >= g).then_some(())
+                        },
+                    )
+                    .await;
+                }
+                if t.deployments.patch(name, pp, deployment).await.is_ok() {
+                    out.push(start.elapsed().as_secs_f64() * 1000.0);
+                }
+                out
+            }
+        })
+        .buffer_unordered(moonin::scaling::commit::MAX_IN_FLIGHT)
+        .flat_map(stream::iter)
+        .collect()
+        .await;
+    stats(times)
 }
 
 /// Sends `deployment` to every target's Deployment and then `carrier` to its autoscaler,

@@ -274,8 +274,13 @@ impl Report {
         ] {
             match f {
                 Some(f) => println!(
-                    "| *spec-write floor, {edge}: the window's own {} spec writes sent by this benchmark (the controllers react)* | {} | {:.0} | {:.0} | {:.0} | {:.0} | — |",
+                    "| *spec-write floor, {edge}: the window's own {} spec writes sent by this benchmark (the controllers react{})* | {} | {:.0} | {:.0} | {:.0} | {:.0} | — |",
                     2 * n,
+                    if edge == "close" {
+                        "; the autoscaler first, the Deployment once the HPA controller has acted on it"
+                    } else {
+                        ""
+                    },
                     f.n,
                     f.p50,
                     f.p95,

@@ -68,6 +68,8 @@ pub struct Seen {
     pub hpas: HashMap<String, Edges>,
     pub deployments: HashMap<String, Edges>,
     pub available: HashMap<String, i32>,
+    /// Per HPA, the generation its controller has acted on (`status.observedGeneration`).
+    pub observed: HashMap<String, i64>,
     pub synced: [bool; 3],
     /// Template changes (new resourceVersions) seen after the initial list.
     pub template_changes: u64,
@@ -81,6 +83,9 @@ pub type Shared = Arc<Mutex<Seen>>;
 pub fn on_hpa(seen: &mut Seen, h: &HorizontalPodAutoscaler, at: Timestamp) {
     let value = (h.spec.min_replicas.unwrap_or(1), h.spec.max_replicas);
     let marked = h.annotations().contains_key(keys::ORIGINAL);
+    if let Some(g) = h.status.as_ref().and_then(|s| s.observed_generation) {
+        seen.observed.insert(h.name_any(), g);
+    }
     seen.hpas.entry(h.name_any()).or_default().record(
         value,
         at,

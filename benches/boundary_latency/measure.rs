@@ -25,7 +25,7 @@ use crate::{
     server::{machine_note, rival_managers},
     shared::{
         harness::Manager, machine::builds, machine::wait_until_quiet, manager as bench_manager,
-        manager::ManagerSeat, report::progress, wait,
+        manager::ManagerSeat, report::progress, stats::Stats, wait,
     },
     watch::{Latencies, Shared, on_deployment, on_hpa, on_scaled_object, on_template, spawn_watch},
     window::{run_window, start_manager},
@@ -116,25 +116,14 @@ pub async fn measure(
     }
 
     // The same floor with the window's own spec writes: what those writes cost with the
-    // Deployment, HPA or KEDA controllers reacting to them. Open, settle, close, settle;
-    // then the watches forget what they saw, so the window's edges are Moonin's alone.
-    let spec_open = spec_floor(&t, &names, true).await;
-    settle(&t, &names, crate::ACTION_MIN).await;
-    let spec_close = spec_floor(&t, &names, false).await;
-    settle(&t, &names, REPLICAS).await;
-    {
-        let mut seen = t.seen.lock().expect("seen");
-        seen.hpas.values_mut().for_each(|e| *e = Default::default());
-        seen.deployments
-            .values_mut()
-            .for_each(|e| *e = Default::default());
-    }
-    if let (Some(o), Some(c)) = (&spec_open, &spec_close) {
-        progress(&format!(
-            "spec-write floor: open p99 {:.0} ms, close p99 {:.0} ms",
-            o.p99, c.p99
-        ));
-    }
+    // Deployment and HPA controllers reacting to them. Open, settle, close, settle; then
+    // the watches forget what they saw, so the window's edges are Moonin's alone. Not for
+    // ScaledObjects: their close would wait for KEDA's HPAs, which this benchmark does
+    // not watch, and without that wait the old bounds scale the Deployments back.
+    let spec_floor = match t.carrier {
+        Carrier::Hpa => spec_floors(&t, &names).await,
+        Carrier::ScaledObject => None,
+    };
     wait_for_quiet_machine(p, identity).await;
 
     // 2. The templates, on the next whole minute that leaves time to set up.
@@ -158,13 +147,36 @@ pub async fn measure(
         close,
         latencies,
         floor,
-        spec_floor: spec_open.zip(spec_close),
+        spec_floor,
         startup,
         window,
         left,
         log,
         events,
     })
+}
+
+/// The spec-write floor, open then close (see [`spec_floor`]).
+async fn spec_floors(t: &Targets, names: &[String]) -> Option<(Stats, Stats)> {
+    let open = spec_floor(t, names, true).await;
+    settle(t, names, crate::ACTION_MIN).await;
+    let close = spec_floor(t, names, false).await;
+    settle(t, names, REPLICAS).await;
+    {
+        let mut seen = t.seen.lock().expect("seen");
+        seen.hpas.values_mut().for_each(|e| *e = Default::default());
+        seen.deployments
+            .values_mut()
+            .for_each(|e| *e = Default::default());
+    }
+    let floors = open.zip(close);
+    if let Some((o, c)) = &floors {
+        progress(&format!(
+            "spec-write floor: open p99 {:.0} ms, close p99 {:.0} ms",
+            o.p99, c.p99
+        ));
+    }
+    floors
 }
 
 /// Waits (at most 2 minutes) until every Deployment has exactly `replicas` available.

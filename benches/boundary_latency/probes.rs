@@ -34,8 +34,8 @@ pub async fn write_floor(t: &Targets, names: &[String]) -> Option<Stats> {
 /// The window's own spec writes, sent by the benchmark: at `open` each Deployment's replicas
 /// and then its autoscaler's bounds as the actions set them; at close the autoscaler's
 /// bounds back first and, once the HPA controller has acted on them (as Moonin waits, so
-/// that the old bounds do not scale the Deployment right back; not waited for a
-/// ScaledObject, whose HPA KEDA writes), the Deployment's replicas. The Deployment, HPA and
+/// that the old bounds do not scale the Deployment right back), the Deployment's replicas.
+/// HPAs only (see `measure`). The Deployment, HPA and
 /// KEDA controllers react to these as to Moonin's. See [`send`].
 pub async fn spec_floor(t: &Targets, names: &[String], open: bool) -> Option<Stats> {
     let (replicas, min, max) = if open {

@@ -64,48 +64,86 @@ async fn send_close(
 ) -> Option<Stats> {
     let (carrier, deployment) = (Patch::Merge(carrier), Patch::Merge(deployment));
     let pp = PatchParams::default();
+    let (carrier, deployment, pp) = (&carrier, &deployment, &pp);
+    timed(names, |name, start| async move {
+        let mut out = Vec::new();
+        let generation = match t.carrier {
+            Carrier::Hpa => t
+                .hpas
+                .patch(name, pp, carrier)
+                .await
+                .ok()
+                .map(|h| h.metadata.generation),
+            Carrier::ScaledObject => t
+                .scaled_objects
+                .patch(name, pp, carrier)
+                .await
+                .ok()
+                .map(|_| None),
+        };
+        let Some(generation) = generation else {
+            return out;
+        };
+        out.push(ms_since(start));
+        if let Some(g) = generation {
+            let _ = wait::until(
+                "the HPA controller to act on the restored bounds",
+                Instant::now() + Duration::from_secs(30),
+                Duration::from_millis(20),
+                || async {
+                    let s = t.seen.lock().expect("seen");
+                    s.observed.get(name).is_some_and(|o| *o >= g).then_some(())
+                },
+            )
+            .await;
+        }
+        if t.deployments.patch(name, pp, deployment).await.is_ok() {
+            out.push(ms_since(start));
+        }
+        out
+    })
+    .await
+}
+
+/// Sends `deployment` to every target's Deployment and then `carrier` to its autoscaler,
+/// as merge patches. See [`timed`].
+async fn send(
+    t: &Targets,
+    names: &[String],
+    deployment: &serde_json::Value,
+    carrier: &serde_json::Value,
+) -> Option<Stats> {
+    let (deployment, carrier) = (Patch::Merge(deployment), Patch::Merge(carrier));
+    let pp = PatchParams::default();
+    let (deployment, carrier, pp) = (&deployment, &carrier, &pp);
+    timed(names, |name, start| async move {
+        let mut out = Vec::new();
+        if t.deployments.patch(name, pp, deployment).await.is_ok() {
+            out.push(ms_since(start));
+        }
+        let written = match t.carrier {
+            Carrier::Hpa => t.hpas.patch(name, pp, carrier).await.map(|_| ()),
+            Carrier::ScaledObject => t.scaled_objects.patch(name, pp, carrier).await.map(|_| ()),
+        };
+        if written.is_ok() {
+            out.push(ms_since(start));
+        }
+        out
+    })
+    .await
+}
+
+/// Runs `step` for every target, with at most [`moonin::scaling::commit::MAX_IN_FLIGHT`] in
+/// flight, all started at one instant; each step returns the times (ms from that instant) of
+/// the writes it got a response to.
+async fn timed<'a, F, Fut>(names: &'a [String], step: F) -> Option<Stats>
+where
+    F: Fn(&'a str, Instant) -> Fut,
+    Fut: Future<Output = Vec<f64>>,
+{
     let start = Instant::now();
     let times: Vec<f64> = stream::iter(names)
-        .map(|name| {
-            let (carrier, deployment, pp) = (&carrier, &deployment, &pp);
-            async move {
-                let mut out = Vec::new();
-                let generation = match t.carrier {
-                    Carrier::Hpa => t
-                        .hpas
-                        .patch(name, pp, carrier)
-                        .await
-                        .ok()
-                        .map(|h| h.metadata.generation),
-                    Carrier::ScaledObject => t
-                        .scaled_objects
-                        .patch(name, pp, carrier)
-                        .await
-                        .ok()
-                        .map(|_| None),
-                };
-                let Some(generation) = generation else {
-                    return out;
-                };
-                out.push(start.elapsed().as_secs_f64() * 1000.0);
-                if let Some(g) = generation {
-                    let _ = wait::until(
-                        "the HPA controller to act on the restored bounds",
-                        Instant::now() + Duration::from_secs(30),
-                        Duration::from_millis(20),
-                        || async {
-                            let s = t.seen.lock().expect("seen");
-                            s.observed.get(name).is_some_and(|o| *o >= g).then_some(())
-                        },
-                    )
-                    .await;
-                }
-                if t.deployments.patch(name, pp, deployment).await.is_ok() {
-                    out.push(start.elapsed().as_secs_f64() * 1000.0);
-                }
-                out
-            }
-        })
+        .map(|name| step(name, start))
         .buffer_unordered(moonin::scaling::commit::MAX_IN_FLIGHT)
         .flat_map(stream::iter)
         .collect()
@@ -113,44 +151,8 @@ async fn send_close(
     stats(times)
 }
 
-/// Sends `deployment` to every target's Deployment and then `carrier` to its autoscaler,
-/// as merge patches, with at most [`moonin::scaling::commit::MAX_IN_FLIGHT`] requests in
-/// flight, all started at one instant; the time from that instant to each write's response.
-async fn send(
-    t: &Targets,
-    names: &[String],
-    deployment: &serde_json::Value,
-    carrier: &serde_json::Value,
-) -> Option<Stats> {
-    let (deployments, hpas, scaled_objects) = (&t.deployments, &t.hpas, &t.scaled_objects);
-    let (deployment, carrier) = (Patch::Merge(deployment), Patch::Merge(carrier));
-    let pp = PatchParams::default();
-    let start = Instant::now();
-    let times: Vec<f64> = stream::iter(names)
-        .map(|name| {
-            let (deployment, carrier, pp) = (&deployment, &carrier, &pp);
-            async move {
-                let mut out = Vec::new();
-                if deployments.patch(name, pp, deployment).await.is_ok() {
-                    out.push(start.elapsed().as_secs_f64() * 1000.0);
-                }
-                let written = match t.carrier {
-                    Carrier::Hpa => hpas.patch(name, pp, carrier).await.map(|_| ()),
-                    Carrier::ScaledObject => {
-                        scaled_objects.patch(name, pp, carrier).await.map(|_| ())
-                    }
-                };
-                if written.is_ok() {
-                    out.push(start.elapsed().as_secs_f64() * 1000.0);
-                }
-                out
-            }
-        })
-        .buffer_unordered(moonin::scaling::commit::MAX_IN_FLIGHT)
-        .flat_map(stream::iter)
-        .collect()
-        .await;
-    stats(times)
+fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1000.0
 }
 
 /// p50 of 20 sequential PATCHes of a ConfigMap of our own, before the boundary: what one

@@ -11,7 +11,7 @@ use kube::{Api, Client, ResourceExt as _};
 
 use super::{Existing, ExistingAction, Observed, Rules, render_table, render_yaml, suggest};
 use crate::api::discovery::NamespaceInventory;
-use crate::api::scaling::{ClusterScalingTemplate, ScalingTemplate};
+use crate::api::scaling::{ClusterScalingTemplate, ScalingAction, ScalingTemplate, WindowSpec};
 
 /// Arguments of `moonin suggest`.
 #[derive(clap::Args, Debug, Clone)]
@@ -152,21 +152,8 @@ async fn templates(client: &Client, namespace: Option<&str>) -> anyhow::Result<V
     let mut out = Vec::new();
     for t in api.list(&lp).await.context("listing ScalingTemplates")? {
         let ns = t.namespace().unwrap_or_default();
-        out.push(Existing {
-            label: format!("ScalingTemplate {ns}/{}", t.name_any()),
-            actions: t
-                .spec
-                .actions
-                .iter()
-                .map(|a| ExistingAction {
-                    name: a.name.clone(),
-                    namespace: ns.clone(),
-                    deployment: a.target.name.clone(),
-                    min_replicas: a.min_replicas,
-                })
-                .collect(),
-            window: t.spec.window,
-        });
+        let label = format!("ScalingTemplate {ns}/{}", t.name_any());
+        out.push(existing(label, t.spec.window, &t.spec.actions, Some(&ns)));
     }
     let cluster: Api<ClusterScalingTemplate> = Api::all(client.clone());
     for t in cluster
@@ -174,21 +161,35 @@ async fn templates(client: &Client, namespace: Option<&str>) -> anyhow::Result<V
         .await
         .context("listing ClusterScalingTemplates")?
     {
-        out.push(Existing {
-            label: format!("ClusterScalingTemplate {}", t.name_any()),
-            actions: t
-                .spec
-                .actions
-                .iter()
-                .map(|a| ExistingAction {
-                    name: a.name.clone(),
-                    namespace: a.target.namespace.clone().unwrap_or_default(),
-                    deployment: a.target.name.clone(),
-                    min_replicas: a.min_replicas,
-                })
-                .collect(),
-            window: t.spec.window,
-        });
+        let label = format!("ClusterScalingTemplate {}", t.name_any());
+        out.push(existing(label, t.spec.window, &t.spec.actions, None));
     }
     Ok(out)
+}
+
+/// One template as [`Existing`]: its actions' targets are in `namespace` (a ScalingTemplate's
+/// own), or each names its own (a ClusterScalingTemplate's, when `None`).
+fn existing(
+    label: String,
+    window: WindowSpec,
+    actions: &[ScalingAction],
+    namespace: Option<&str>,
+) -> Existing {
+    let actions = actions
+        .iter()
+        .map(|a| ExistingAction {
+            name: a.name.clone(),
+            namespace: namespace
+                .map(str::to_string)
+                .or_else(|| a.target.namespace.clone())
+                .unwrap_or_default(),
+            deployment: a.target.name.clone(),
+            min_replicas: a.min_replicas,
+        })
+        .collect();
+    Existing {
+        label,
+        window,
+        actions,
+    }
 }

@@ -105,6 +105,7 @@ pub(super) fn place_rises(
         }
     };
     let kept = h.periods.len();
+    let scheduled = scheduled(&g, newest, kept, &o.namespace, &deployment, existing);
     let mut windows = Vec::new();
     let mut notes = Vec::new();
     for rise in rises(h, rules.min_periods) {
@@ -119,7 +120,7 @@ pub(super) fn place_rises(
             ));
             continue;
         }
-        if let Some(by) = covered(&g, newest, kept, &rise, &o.namespace, &deployment, existing) {
+        if let Some(by) = covered(&g, newest, kept, &rise, &scheduled) {
             notes.push(format!(
                 "its rise at {} is already scheduled by {by}",
                 clock(
@@ -190,35 +191,52 @@ fn place(repeat: Repeat, rules: &Rules, t: Timestamp) -> (Option<i8>, i64, Times
     (day, secs - extra, floored)
 }
 
-/// The template already scheduling `rise` for the Deployment, if one of its windows holds
-/// the rise's first slot in a period kept.
+/// The windows, over the periods kept, of each existing template with an action for the
+/// Deployment: (`<template> (action <name>)`, its windows).
+fn scheduled(
+    g: &Geometry,
+    newest: i64,
+    kept: usize,
+    namespace: &str,
+    deployment: &str,
+    existing: &[Existing],
+) -> Vec<(String, Vec<(Timestamp, Timestamp)>)> {
+    let oldest = newest - i64::try_from(kept).unwrap_or(1) + 1;
+    existing
+        .iter()
+        .filter_map(|t| {
+            let action = t
+                .actions
+                .iter()
+                .find(|a| a.namespace == namespace && a.deployment == deployment)?;
+            let windows = super::unneeded::windows(
+                &t.window,
+                g.period_start(oldest),
+                g.period_start(newest + 1),
+            );
+            Some((format!("{} (action {})", t.label, action.name), windows))
+        })
+        .collect()
+}
+
+/// The template already scheduling `rise` (one of [`scheduled`]), if one of its windows
+/// holds the rise's first slot in a period kept.
 fn covered(
     g: &Geometry,
     newest: i64,
     kept: usize,
     rise: &super::Rise,
-    namespace: &str,
-    deployment: &str,
-    existing: &[Existing],
+    scheduled: &[(String, Vec<(Timestamp, Timestamp)>)],
 ) -> Option<String> {
     let oldest = newest - i64::try_from(kept).unwrap_or(1) + 1;
     let firsts: Vec<Timestamp> = (oldest..=newest)
         .map(|p| g.slot_start(p, rise.first))
         .collect();
-    existing.iter().find_map(|t| {
-        let action = t
-            .actions
-            .iter()
-            .find(|a| a.namespace == namespace && a.deployment == deployment)?;
-        let windows = super::unneeded::windows(
-            &t.window,
-            g.period_start(oldest),
-            g.period_start(newest + 1),
-        );
+    scheduled.iter().find_map(|(by, windows)| {
         firsts
             .iter()
             .any(|&f| windows.iter().any(|&(s, e)| s <= f && f < e))
-            .then(|| format!("{} (action {})", t.label, action.name))
+            .then(|| by.clone())
     })
 }
 

@@ -44,6 +44,9 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         let body = format!("missing permission:\n{}\n", missing.join("\n"));
         return (StatusCode::SERVICE_UNAVAILABLE, body);
     }
+    if let Some(why) = state.readiness.unreachable() {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"));
+    }
     if state.readiness.is_ready() {
         (StatusCode::OK, "ok".to_string())
     } else {

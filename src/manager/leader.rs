@@ -1,73 +1,406 @@
-//! Leader election on the `moonin-manager` Lease. Only the holder writes.
+//! Leader election on the `moonin-manager` Lease. Only the holder writes, and only while its
+//! last renewal is recent enough that no other process can have taken the Lease since.
+//!
+//! The rules are Kubernetes' own (client-go's `leaderelection`): a follower takes the Lease
+//! once it has seen the Lease unchanged for a whole lease duration by its own clock (so clocks
+//! need not agree), every take and renewal replaces the Lease at the `resourceVersion` it read
+//! (so two processes never both succeed), and the holder stops writing a renew deadline after
+//! the start of its last successful renewal, which is shorter than the lease duration. A holder
+//! cut off from the API server therefore stops before anyone can take over, and when the cut
+//! is lifted it writes nothing until it has renewed again.
 
-use kube::Client;
-use kube_lease_manager::LeaseManagerBuilder;
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use jiff::Timestamp;
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+};
+use kube::{
+    Api, Client,
+    api::{PostParams, ResourceExt as _},
+};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::field_manager;
-use crate::runtime::{leader::Leadership, metrics::Metrics};
+use crate::runtime::{context::Readiness, leader::Leadership, metrics::Metrics};
 
 /// The Lease every manager process competes for.
 pub const LEASE_NAME: &str = "moonin-manager";
-/// Seconds a lease stays valid after its last renewal.
+/// Seconds a Lease stays valid after it last changed, as a follower sees it.
 pub const LEASE_DURATION_SECONDS: u64 = 15;
-/// The holder renews this many seconds before expiry.
-pub const LEASE_GRACE_SECONDS: u64 = 5;
+/// Seconds after the start of its last successful renewal at which the holder stops
+/// writing, unless it renewed again; shorter than the lease duration.
+pub const RENEW_DEADLINE_SECONDS: u64 = 10;
+/// Seconds between two attempts to take or renew the Lease.
+pub const RETRY_SECONDS: u64 = 2;
 
-/// Starts competing for the Lease in `namespace` as `identity`. The returned task releases
-/// the Lease when `shutdown` is cancelled, so a successor takes over at once. Should the
-/// election itself stop, the task cancels `shutdown` and returns `false`: the process exits
-/// with an error and is restarted, instead of idling as a replica that can never lead.
-pub async fn elect(
+const LEASE_DURATION: Duration = Duration::from_secs(LEASE_DURATION_SECONDS);
+const RENEW_DEADLINE: Duration = Duration::from_secs(RENEW_DEADLINE_SECONDS);
+const RETRY: Duration = Duration::from_secs(RETRY_SECONDS);
+
+/// What the candidate does with the Lease it just read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// There is none: create it, held by us.
+    Create,
+    /// Nobody holds it, or its holder let it expire: take it.
+    Take,
+    /// We hold it: renew it.
+    Renew,
+    /// Someone else holds it and renewed it within a lease duration: wait.
+    Follow,
+}
+
+/// The Lease's fields whose change shows its holder is alive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    holder: Option<String>,
+    renewed: Option<Timestamp>,
+    transitions: Option<i32>,
+}
+
+impl Seen {
+    fn of(spec: &LeaseSpec) -> Self {
+        Self {
+            holder: spec.holder_identity.clone().filter(|h| !h.is_empty()),
+            renewed: spec.renew_time.as_ref().map(|t| t.0),
+            transitions: spec.lease_transitions,
+        }
+    }
+}
+
+/// The pure part of the election: what to do with the Lease read at an instant, and until
+/// when this process may write.
+#[derive(Debug)]
+struct Candidate {
+    identity: String,
+    /// The Lease as last seen, and when (by our clock) it was first seen so.
+    seen: Option<(Seen, Instant)>,
+    /// The start of our last successful take or renewal plus the renew deadline.
+    valid_until: Option<Instant>,
+}
+
+impl Candidate {
+    fn new(identity: &str) -> Self {
+        Self {
+            identity: identity.to_string(),
+            seen: None,
+            valid_until: None,
+        }
+    }
+
+    fn next(&mut self, lease: Option<&LeaseSpec>, now: Instant) -> Next {
+        let Some(spec) = lease else {
+            return Next::Create;
+        };
+        let seen = Seen::of(spec);
+        let since = match &self.seen {
+            Some((s, at)) if *s == seen => *at,
+            _ => now,
+        };
+        let holder = seen.holder.clone();
+        self.seen = Some((seen, since));
+        let duration = spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(LEASE_DURATION, Duration::from_secs);
+        match holder {
+            Some(h) if h == self.identity => Next::Renew,
+            None => Next::Take,
+            Some(_) if now.saturating_duration_since(since) >= duration => Next::Take,
+            Some(_) => Next::Follow,
+        }
+    }
+
+    /// A take or renewal that started at `started` succeeded.
+    fn renewed(&mut self, started: Instant) {
+        self.valid_until = Some(started + RENEW_DEADLINE);
+    }
+
+    /// Someone else holds the Lease (or took it under us).
+    fn follows(&mut self) {
+        self.valid_until = None;
+    }
+
+    fn leads(&self, now: Instant) -> bool {
+        self.valid_until.is_some_and(|until| now < until)
+    }
+}
+
+/// The Lease held by `identity` from `now`: `previous` renewed, or taken over from its holder.
+fn held(identity: &str, previous: Option<Lease>, now: Timestamp) -> Lease {
+    let mut lease = previous.unwrap_or_else(|| Lease {
+        metadata: ObjectMeta {
+            name: Some(LEASE_NAME.to_string()),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+    });
+    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+    if spec.holder_identity.as_deref() != Some(identity) {
+        spec.holder_identity = Some(identity.to_string());
+        spec.acquire_time = Some(MicroTime(now));
+        spec.lease_transitions = Some(spec.lease_transitions.map_or(0, |t| t + 1));
+    }
+    spec.renew_time = Some(MicroTime(now));
+    spec.lease_duration_seconds = Some(LEASE_DURATION_SECONDS as i32);
+    lease
+}
+
+/// One attempt: read the Lease, and take, renew or leave it. `Ok(true)` when we hold it now.
+async fn attempt(api: &Api<Lease>, candidate: &mut Candidate) -> kube::Result<bool> {
+    let lease = api.get_opt(LEASE_NAME).await?;
+    let pp = PostParams {
+        field_manager: Some(field_manager::MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    let next = candidate.next(lease.as_ref().and_then(|l| l.spec.as_ref()), Instant::now());
+    let identity = candidate.identity.clone();
+    let written = match next {
+        Next::Follow => return Ok(false),
+        Next::Create => {
+            api.create(&pp, &held(&identity, None, Timestamp::now()))
+                .await
+        }
+        // A replace carries the resourceVersion read: of two takers, one gets a conflict.
+        Next::Take | Next::Renew => {
+            api.replace(LEASE_NAME, &pp, &held(&identity, lease, Timestamp::now()))
+                .await
+        }
+    };
+    match written {
+        Ok(_) => Ok(true),
+        Err(e) if crate::runtime::errors::is_conflict(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives the Lease up if we hold it, so that a successor takes over at once.
+async fn release(api: &Api<Lease>, identity: &str) -> kube::Result<bool> {
+    let Some(mut lease) = api.get_opt(LEASE_NAME).await? else {
+        return Ok(false);
+    };
+    let Some(spec) = lease.spec.as_mut() else {
+        return Ok(false);
+    };
+    if spec.holder_identity.as_deref() != Some(identity) {
+        return Ok(false);
+    }
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.renew_time = Some(MicroTime(Timestamp::now()));
+    let pp = PostParams {
+        field_manager: Some(field_manager::MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    api.replace(&lease.name_any(), &pp, &lease)
+        .await
+        .map(|_| true)
+}
+
+/// Starts competing for the Lease in `namespace` as `identity`. The returned task gives the
+/// Lease up when `shutdown` is cancelled, so that a successor takes over at once. Its
+/// requests, every [`RETRY_SECONDS`], are also the manager's probe of the API server:
+/// `readiness` and `moonin_api_reachable` say whether the last one got an answer.
+pub fn elect(
     client: Client,
     namespace: &str,
     identity: &str,
     metrics: Metrics,
+    readiness: Readiness,
     shutdown: CancellationToken,
-) -> Result<(Leadership, tokio::task::JoinHandle<bool>), kube_lease_manager::LeaseManagerError> {
-    let manager = LeaseManagerBuilder::new(client, LEASE_NAME)
-        .with_namespace(namespace)
-        .with_identity(identity)
-        .with_duration(LEASE_DURATION_SECONDS)
-        .with_grace(LEASE_GRACE_SECONDS)
-        .with_field_manager(field_manager::MANAGER)
-        .build()
-        .await?;
-    let (mut rx, lease_task) = manager.watch().await;
-    let leadership = Leadership::new(rx.clone());
+) -> (Leadership, tokio::task::JoinHandle<()>) {
+    let api: Api<Lease> = Api::namespaced(client, namespace);
+    let (tx, rx) = watch::channel(false);
+    let until = Arc::new(Mutex::new(None));
+    let leadership = Leadership::new(rx, until.clone());
     let identity = identity.to_string();
     let task = tokio::spawn(async move {
-        let mut intact = true;
+        let mut candidate = Candidate::new(&identity);
+        let mut failing = false;
         loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                changed = rx.changed() => {
-                    if changed.is_err() {
-                        tracing::error!("leader election stopped unexpectedly");
-                        metrics.leader.set(0);
-                        intact = false;
-                        shutdown.cancel();
-                        break;
-                    }
-                    let held = *rx.borrow_and_update();
-                    metrics.leader.set(i64::from(held));
-                    if held {
-                        tracing::info!(%identity, lease = LEASE_NAME, "acquired leadership");
-                    } else {
-                        tracing::warn!(%identity, lease = LEASE_NAME, "lost leadership");
-                    }
+            let started = Instant::now();
+            let error = match tokio::time::timeout(RETRY, attempt(&api, &mut candidate)).await {
+                Ok(Ok(true)) => {
+                    candidate.renewed(started);
+                    None
                 }
+                Ok(Ok(false)) => {
+                    candidate.follows();
+                    None
+                }
+                // An answer, if a refusal (a missing permission, a webhook): reachable.
+                Ok(Err(kube::Error::Api(e))) => {
+                    tracing::warn!(lease = LEASE_NAME, error = %e, "the leader Lease cannot be taken or renewed");
+                    None
+                }
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(_) => Some(format!("no answer in {RETRY:?}")),
+            };
+            match (&error, failing) {
+                (Some(e), false) => {
+                    tracing::warn!(lease = LEASE_NAME, error = %e, "the API server does not answer");
+                    metrics.api_reachable.set(0);
+                    readiness.set_unreachable(Some(format!(
+                        "the API server has not answered since {}: {e}",
+                        Timestamp::now()
+                            .round(jiff::Unit::Second)
+                            .unwrap_or_else(|_| Timestamp::now())
+                    )));
+                }
+                (None, _) => {
+                    if failing {
+                        tracing::info!(lease = LEASE_NAME, "the API server answers again");
+                    }
+                    metrics.api_reachable.set(1);
+                    readiness.set_unreachable(None);
+                }
+                (Some(_), true) => {}
+            }
+            failing = error.is_some();
+            *until.lock().unwrap_or_else(|e| e.into_inner()) = candidate.valid_until;
+            publish(&tx, candidate.leads(Instant::now()), &identity, &metrics);
+            // Wake at the renew deadline if it comes first, to say so at once.
+            let now = Instant::now();
+            let pause = match candidate.valid_until {
+                Some(until) if until > now => (until - now).min(RETRY),
+                _ => RETRY,
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(pause) => {}
             }
         }
-        // Dropping the last receiver makes the lease task release the Lease and return.
-        drop(rx);
-        metrics.leader.set(0);
-        match lease_task.await {
-            Ok(Ok(_)) => tracing::info!(lease = LEASE_NAME, "released the Lease"),
+        *until.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        publish(&tx, false, &identity, &metrics);
+        match tokio::time::timeout(RETRY, release(&api, &identity)).await {
+            Ok(Ok(true)) => tracing::info!(lease = LEASE_NAME, "released the Lease"),
+            Ok(Ok(false)) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "could not release the Lease"),
-            Err(e) => tracing::warn!(error = %e, "lease task failed"),
+            Err(_) => tracing::warn!("could not release the Lease in {RETRY:?}"),
         }
-        intact
     });
-    Ok((leadership, task))
+    (leadership, task)
+}
+
+/// Sends `leads` to the gate's watchers when it changed, with the metric and a log line.
+fn publish(tx: &watch::Sender<bool>, leads: bool, identity: &str, metrics: &Metrics) {
+    metrics.leader.set(i64::from(leads));
+    let changed = tx.send_if_modified(|held| std::mem::replace(held, leads) != leads);
+    if changed && leads {
+        tracing::info!(%identity, lease = LEASE_NAME, "acquired leadership");
+    } else if changed {
+        tracing::warn!(%identity, lease = LEASE_NAME, "lost leadership");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(holder: Option<&str>, renewed_secs: i64, duration: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: holder.map(str::to_string),
+            renew_time: Some(MicroTime(
+                Timestamp::from_second(1_700_000_000 + renewed_secs).expect("time"),
+            )),
+            lease_duration_seconds: Some(duration),
+            lease_transitions: Some(0),
+            ..LeaseSpec::default()
+        }
+    }
+
+    #[test]
+    fn no_lease_is_created_and_a_free_one_is_taken() {
+        let t0 = Instant::now();
+        let mut c = Candidate::new("a");
+        assert_eq!(c.next(None, t0), Next::Create);
+        assert_eq!(c.next(Some(&lease(None, 0, 15)), t0), Next::Take);
+        assert_eq!(c.next(Some(&lease(Some(""), 0, 15)), t0), Next::Take);
+        assert_eq!(c.next(Some(&lease(Some("a"), 0, 15)), t0), Next::Renew);
+    }
+
+    #[test]
+    fn a_follower_takes_over_only_after_a_whole_lease_duration_without_a_change() {
+        let t0 = Instant::now();
+        let mut c = Candidate::new("b");
+        let held = lease(Some("a"), 0, 15);
+        // First seen now: the renewTime in it means nothing to our clock.
+        assert_eq!(c.next(Some(&held), t0), Next::Follow);
+        assert_eq!(
+            c.next(Some(&held), t0 + Duration::from_secs(14)),
+            Next::Follow
+        );
+        // The holder renewed: the count starts again.
+        let renewed = lease(Some("a"), 10, 15);
+        let t1 = t0 + Duration::from_secs(14);
+        assert_eq!(c.next(Some(&renewed), t1), Next::Follow);
+        assert_eq!(
+            c.next(Some(&renewed), t1 + Duration::from_secs(14)),
+            Next::Follow
+        );
+        assert_eq!(
+            c.next(Some(&renewed), t1 + Duration::from_secs(15)),
+            Next::Take
+        );
+        // The Lease's own duration counts, not ours.
+        let mut c = Candidate::new("b");
+        let short = lease(Some("a"), 0, 1);
+        assert_eq!(c.next(Some(&short), t0), Next::Follow);
+        assert_eq!(
+            c.next(Some(&short), t0 + Duration::from_secs(1)),
+            Next::Take
+        );
+    }
+
+    #[test]
+    fn the_holder_stops_at_the_renew_deadline_well_before_anyone_can_take_over() {
+        const { assert!(RENEW_DEADLINE_SECONDS + RETRY_SECONDS < LEASE_DURATION_SECONDS) };
+        let t0 = Instant::now();
+        let mut c = Candidate::new("a");
+        assert!(!c.leads(t0));
+        c.renewed(t0);
+        assert!(c.leads(t0 + RENEW_DEADLINE - Duration::from_millis(1)));
+        assert!(!c.leads(t0 + RENEW_DEADLINE));
+        // A renewal refused (someone else wrote the Lease): no longer leading at once.
+        c.renewed(t0);
+        c.follows();
+        assert!(!c.leads(t0));
+    }
+
+    #[test]
+    fn taking_over_counts_a_transition_and_renewing_does_not() {
+        let now = Timestamp::from_second(1_700_000_100).expect("time");
+        let taken = held(
+            "b",
+            Some(Lease {
+                metadata: ObjectMeta {
+                    name: Some(LEASE_NAME.into()),
+                    resource_version: Some("7".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(lease(Some("a"), 0, 15)),
+            }),
+            now,
+        );
+        let spec = taken.spec.as_ref().expect("spec");
+        assert_eq!(spec.holder_identity.as_deref(), Some("b"));
+        assert_eq!(spec.lease_transitions, Some(1));
+        assert_eq!(spec.acquire_time, Some(MicroTime(now)));
+        assert_eq!(taken.metadata.resource_version.as_deref(), Some("7"));
+        let later = Timestamp::from_second(1_700_000_102).expect("time");
+        let renewed = held("b", Some(taken.clone()), later);
+        let spec = renewed.spec.expect("spec");
+        assert_eq!(spec.lease_transitions, Some(1));
+        assert_eq!(spec.acquire_time, Some(MicroTime(now)));
+        assert_eq!(spec.renew_time, Some(MicroTime(later)));
+        let created = held("a", None, now).spec.expect("spec");
+        assert_eq!(created.lease_transitions, Some(0));
+        assert_eq!(created.lease_duration_seconds, Some(15));
+    }
 }

@@ -133,15 +133,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         &namespace,
         &identity,
         metrics.clone(),
+        readiness.clone(),
         shutdown.clone(),
-    )
-    .await
-    .with_context(|| {
-        format!(
-            "starting leader election on Lease {namespace}/{}",
-            leader::LEASE_NAME
-        )
-    })?;
+    );
+    tracing::info!(
+        lease = %format!("{namespace}/{}", leader::LEASE_NAME),
+        "competing for leadership"
+    );
     readiness.report_synced();
 
     let ctx = Context {
@@ -169,8 +167,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 tracing::info!("shutting down");
                 break;
             }
-            // Cancelled from inside: the leader election stopped.
-            _ = shutdown.cancelled() => break,
             Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                 let (name, result) = done.context("a controller task panicked")?;
                 if let Err(e) = result {
@@ -184,8 +180,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     shutdown.cancel();
     while tasks.join_next().await.is_some() {}
     drop(leadership);
-    if let Ok(false) = election.await {
-        failure.get_or_insert_with(|| anyhow::anyhow!("leader election stopped unexpectedly"));
+    if let Err(e) = election.await {
+        failure.get_or_insert_with(|| anyhow::anyhow!("the leader election task failed: {e}"));
     }
     let _ = http_task.await;
     match failure {

@@ -2,7 +2,7 @@
 //! the manager and the controllers, kept apart from the registry that lists them.
 
 use std::sync::{
-    Arc,
+    Arc, Mutex,
     atomic::{AtomicUsize, Ordering},
 };
 
@@ -36,24 +36,42 @@ pub struct Registered {
     pub run: fn(Context, Readiness) -> futures::future::BoxFuture<'static, anyhow::Result<()>>,
 }
 
-/// Counts the parts of the manager whose caches have not synced yet; `/readyz` answers 200
-/// once the count reaches zero. Cheap to clone; every clone shares the count.
+/// Counts the parts of the manager whose caches have not synced yet, and says whether the
+/// API server answers; `/readyz` answers 200 once the count reaches zero, while the API server
+/// answers. Cheap to clone; every clone shares the state.
 #[derive(Clone, Debug)]
-pub struct Readiness(Arc<AtomicUsize>);
+pub struct Readiness {
+    pending: Arc<AtomicUsize>,
+    unreachable: Arc<Mutex<Option<String>>>,
+}
 
 impl Readiness {
     /// Waits for `pending` parts to report.
     pub fn new(pending: usize) -> Self {
-        Self(Arc::new(AtomicUsize::new(pending)))
+        Self {
+            pending: Arc::new(AtomicUsize::new(pending)),
+            unreachable: Arc::default(),
+        }
     }
     /// One part has synced. Call once per part.
     pub fn report_synced(&self) {
         let _ = self
-            .0
+            .pending
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
     }
     /// Whether every part has synced.
     pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::Acquire) == 0
+        self.pending.load(Ordering::Acquire) == 0
+    }
+    /// The API server does not answer (`Some`, saying since when and why) or does again.
+    pub fn set_unreachable(&self, why: Option<String>) {
+        *self.unreachable.lock().unwrap_or_else(|e| e.into_inner()) = why;
+    }
+    /// Why the API server is unreachable, while it is.
+    pub fn unreachable(&self) -> Option<String> {
+        self.unreachable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }

@@ -1,25 +1,39 @@
 //! The leader gate: whether this process may write. Only the holder of the Lease
 //! `moonin-manager` writes; the manager's election (`manager::leader`) feeds it.
 
+use std::{
+    sync::{Arc, Mutex},
+    time::Instant,
+};
+
 use tokio::sync::watch;
 
 /// Whether this process holds the Lease now. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Leadership {
     rx: watch::Receiver<bool>,
+    until: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Leadership {
-    /// A gate that follows `rx` (true while the Lease is held).
-    pub fn new(rx: watch::Receiver<bool>) -> Self {
-        Self { rx }
+    /// A gate that follows `rx` (true while the Lease is held) and is shut at `until` (the
+    /// renew deadline of the last successful renewal), whichever comes first.
+    pub fn new(rx: watch::Receiver<bool>, until: Arc<Mutex<Option<Instant>>>) -> Self {
+        Self { rx, until }
     }
 
     /// True while this process holds the Lease. Every write to the cluster checks this first.
     pub fn is_leader(&self) -> bool {
         // A closed channel means the lease task ended and nobody renews the Lease any more:
         // its last value (maybe `true`) is stale, and another process may hold it soon.
-        self.rx.has_changed().is_ok() && *self.rx.borrow()
+        // The deadline holds even when the election task is late to say so (a renewal that
+        // hangs, a starved runtime): past it another process may already have taken over.
+        let renewed = self
+            .until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|until| Instant::now() < until);
+        renewed && self.rx.has_changed().is_ok() && *self.rx.borrow()
     }
 
     /// A stream that yields each time this process becomes the leader (and once at the
@@ -42,14 +56,30 @@ impl Leadership {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+
+    fn gate(held: bool, until: Option<Instant>) -> (watch::Sender<bool>, Leadership) {
+        let (tx, rx) = watch::channel(held);
+        (tx, Leadership::new(rx, Arc::new(Mutex::new(until))))
+    }
 
     #[test]
     fn not_leader_once_the_lease_task_is_gone() {
-        let (tx, rx) = watch::channel(true);
-        let leadership = Leadership { rx };
+        let (tx, leadership) = gate(true, Some(Instant::now() + Duration::from_secs(60)));
         assert!(leadership.is_leader());
         drop(tx);
+        assert!(!leadership.is_leader());
+    }
+
+    #[test]
+    fn not_leader_past_the_renew_deadline_even_if_nobody_said_so() {
+        let (_tx, leadership) = gate(true, Some(Instant::now() - Duration::from_millis(1)));
+        assert!(!leadership.is_leader());
+        let (_tx, leadership) = gate(true, None);
+        assert!(!leadership.is_leader());
+        let (_tx, leadership) = gate(false, Some(Instant::now() + Duration::from_secs(60)));
         assert!(!leadership.is_leader());
     }
 }

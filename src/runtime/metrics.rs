@@ -65,6 +65,9 @@ pub struct Metrics {
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
     /// `moonin_leader`: 1 while this process holds the leader Lease.
     pub leader: Gauge,
+    /// `moonin_api_reachable`: 1 while the API server answers the leader election's requests
+    /// (every 2 s), 0 from the first that gets no answer.
+    pub api_reachable: Gauge,
     /// `moonin_api_writes_total{controller,kind}`: every create, patch and delete sent.
     pub api_writes: Family<WriteLabels, Counter>,
     /// `moonin_api_requests_total{verb}`: every request the manager's client sent, reads
@@ -115,6 +118,12 @@ impl Metrics {
             "1 while this process holds the leader Lease",
             leader.clone(),
         );
+        let api_reachable = Gauge::default();
+        registry.register(
+            "api_reachable",
+            "1 while the API server answers the leader election's requests (every 2 s), 0 while it does not",
+            api_reachable.clone(),
+        );
         let api_writes = Family::<WriteLabels, Counter>::default();
         registry.register(
             "api_writes",
@@ -150,6 +159,7 @@ impl Metrics {
             reconcile_errors,
             reconcile_duration,
             leader,
+            api_reachable,
             api_writes,
             api_requests,
             invalid_objects,

@@ -383,7 +383,7 @@ impl Manager {
             ])
             .args(args)
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info,kube_lease_manager=debug")
+            .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(file)
             .spawn()

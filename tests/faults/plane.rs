@@ -1,0 +1,111 @@
+//! A control plane of a test's own (`e2e/cluster up` in a directory of its own), so that
+//! stopping its API server or etcd disturbs no other test.
+
+use std::{
+    path::PathBuf,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use kube::{
+    Client, Config,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+
+use crate::common;
+
+/// A plane of its own, taken down when dropped.
+pub struct Plane {
+    dir: PathBuf,
+    /// Its admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// A client of it.
+    pub client: Client,
+}
+
+impl Plane {
+    /// Starts the plane `faults-<name>` (a leftover of an earlier run is replaced).
+    pub async fn up(name: &str) -> Self {
+        let cache = std::env::var_os("MOONIN_CACHE").map_or_else(
+            || PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/moonin"),
+            PathBuf::from,
+        );
+        let dir = cache.join(format!("faults-{name}"));
+        let plane = |dir: &PathBuf, args: &[&str]| {
+            Command::new(common::root().join("e2e/cluster"))
+                .args(args)
+                .env("MOONIN_CLUSTER_DIR", dir)
+                .status()
+                .expect("e2e/cluster runs")
+        };
+        // A plane left by a killed run holds state of its own: start afresh.
+        plane(&dir, &["down"]);
+        assert!(plane(&dir, &["up"]).success(), "e2e/cluster up ({name})");
+        let kubeconfig = dir.join("kubeconfig");
+        let config = Config::from_custom_kubeconfig(
+            Kubeconfig::read_from(&kubeconfig).expect("kubeconfig"),
+            &KubeConfigOptions::default(),
+        )
+        .await
+        .expect("kubeconfig parses");
+        let client = Client::try_from(config).expect("client");
+        Self {
+            dir,
+            kubeconfig,
+            client,
+        }
+    }
+
+    fn run(&self, args: &[&str]) {
+        let status = Command::new(common::root().join("e2e/cluster"))
+            .args(args)
+            .env("MOONIN_CLUSTER_DIR", &self.dir)
+            .status()
+            .expect("e2e/cluster runs");
+        assert!(status.success(), "e2e/cluster {}", args.join(" "));
+    }
+
+    /// Kills a component (`kube-apiserver`, `etcd`): an outage from this instant.
+    pub fn stop(&self, component: &str) -> Instant {
+        self.run(&["stop", component]);
+        Instant::now()
+    }
+
+    /// Starts a stopped component again; for the API server, returns once it is ready.
+    pub fn start(&self, component: &str) {
+        self.run(&["start", component]);
+    }
+
+    /// Waits until `/readyz` of the API server answers ok.
+    pub async fn ready(&self, timeout: Duration) {
+        crate::harness::wait_for("the API server /readyz", timeout, || async {
+            let ok = self
+                .client
+                .request_text(
+                    http::Request::get("/readyz")
+                        .body(Vec::new())
+                        .expect("request"),
+                )
+                .await
+                .ok()?;
+            (ok == "ok").then_some(())
+        })
+        .await;
+    }
+}
+
+impl Drop for Plane {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- plane logs left in {} until the next run",
+                self.dir.display()
+            );
+            return;
+        }
+        let _ = Command::new(common::root().join("e2e/cluster"))
+            .arg("down")
+            .env("MOONIN_CLUSTER_DIR", &self.dir)
+            .status();
+    }
+}

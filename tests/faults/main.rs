@@ -13,4 +13,6 @@ mod common;
 mod harness;
 mod load;
 mod outage;
+mod partition;
 mod plane;
+mod proxy;

@@ -59,8 +59,9 @@ pub fn forbidden(err: &watcher::Error) -> Option<&str> {
 pub fn watch_failed(kind: &str, err: &watcher::Error) {
     let Some(message) = forbidden(err) else {
         if matches!(err, watcher::Error::WatchError(s) if s.code == 410) {
-            // The watch's resourceVersion was compacted away: it relists, as designed.
-            tracing::debug!(%kind, error = %brief_watch(err), "watch expired; relisting");
+            // The watch's resourceVersion was compacted away (410 Gone): it lists again, as
+            // designed, and the caches trigger once the relist is complete.
+            tracing::info!(%kind, error = %brief_watch(err), "watch expired; relisting");
         } else {
             tracing::warn!(%kind, error = %brief_watch(err), "watch error; retrying");
         }

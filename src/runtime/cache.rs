@@ -29,7 +29,9 @@ use super::access;
 use super::{decode::Decoded, invalid};
 
 /// Called with every object the cache applies or deletes, after the store has it: a
-/// reconcile triggered from here always reads at least what triggered it.
+/// reconcile triggered from here always reads at least what triggered it. After a relist
+/// (a watch that expired, 410 Gone), with every object listed and every object the relist
+/// no longer lists, once the store shows the relist.
 pub type Trigger<K> = Box<dyn Fn(&K) + Send + Sync>;
 
 /// The bound every cached kind meets.
@@ -68,26 +70,80 @@ pub fn cache<K: Cached>(
     let (store, writer) = reflector::store::<K>();
     let kind = K::kind(&()).to_string();
     let events = typed_events(Api::<Decoded<K>>::all(client), config, store.clone()).modify(trim);
+    let reader = store.clone();
+    let mut relist: Option<Relist<K>> = None;
     let drive = reflector::reflector(writer, events)
         .for_each(move |event| {
+            let fire = |o: &K| {
+                for t in &triggers {
+                    t(o);
+                }
+            };
             match event {
-                Ok(
-                    watcher::Event::Apply(o)
-                    | watcher::Event::Delete(o)
-                    | watcher::Event::InitApply(o),
-                ) => {
+                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
                     access::watch_ok(&kind);
-                    for t in &triggers {
-                        t(&o);
+                    fire(&o);
+                }
+                // A (re)list shows in the store only once it is complete: its objects trigger
+                // then, with those it no longer lists.
+                Ok(watcher::Event::Init) => {
+                    access::watch_ok(&kind);
+                    relist = Some(Relist::start(reader.state()));
+                }
+                Ok(watcher::Event::InitApply(o)) => {
+                    access::watch_ok(&kind);
+                    if let Some(r) = relist.as_mut() {
+                        r.listed(&o);
                     }
                 }
-                Ok(_) => access::watch_ok(&kind),
+                Ok(watcher::Event::InitDone) => {
+                    access::watch_ok(&kind);
+                    for o in relist.take().map(|r| r.done(&reader)).unwrap_or_default() {
+                        fire(&o);
+                    }
+                }
                 Err(e) => access::watch_failed(&kind, &e),
             }
             futures::future::ready(())
         })
         .boxed();
     (store, drive)
+}
+
+/// A relist in progress: what the store held when it began, and what it has listed so far.
+/// The store shows a relist only once it is complete, so its triggers wait until then
+/// ([`Relist::done`]); a trigger fired earlier would reconcile on the store from before.
+struct Relist<K: Cached> {
+    before: Vec<Arc<K>>,
+    listed: std::collections::HashSet<ObjectRef<K>>,
+}
+
+impl<K: Cached> Relist<K> {
+    fn start(before: Vec<Arc<K>>) -> Self {
+        Self {
+            before,
+            listed: std::collections::HashSet::new(),
+        }
+    }
+
+    fn listed(&mut self, o: &K) {
+        self.listed.insert(ObjectRef::from_obj(o));
+    }
+
+    /// Once the store shows the relist: every object listed, as stored now, and every object
+    /// stored before that it no longer lists (deleted while the watch was away, which no
+    /// event will say), as it was.
+    fn done(self, store: &Store<K>) -> Vec<Arc<K>> {
+        let Self { before, listed } = self;
+        let gone = before
+            .into_iter()
+            .filter(|o| !listed.contains(&ObjectRef::from_obj(o.as_ref())));
+        listed
+            .iter()
+            .filter_map(|r| store.get(r))
+            .chain(gone)
+            .collect()
+    }
 }
 
 /// The watch of `api` as typed events for a store of `K` (read through `store`): objects
@@ -378,6 +434,38 @@ mod tests {
         for (event, want) in cases {
             assert_eq!(name(&typed_event(event, stored)), want);
         }
+    }
+
+    #[test]
+    fn a_relist_triggers_once_the_store_shows_it_and_names_what_it_dropped() {
+        let valid = |name: &str, rv: &str| claim(name, rv, true).valid().expect("valid");
+        let (store, mut writer) = reflector::store::<SandboxClaim>();
+        for o in [valid("kept", "1"), valid("gone", "1")] {
+            writer.apply_watcher_event(&watcher::Event::Apply(o));
+        }
+        // The watch expired; the relist lists `kept` at a new version and `new`, not `gone`.
+        let mut relist = Relist::start(store.state());
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for o in [valid("kept", "7"), valid("new", "8")] {
+            relist.listed(&o);
+            writer.apply_watcher_event(&watcher::Event::InitApply(o));
+        }
+        // Until InitDone the store still shows the old world: nothing may trigger yet.
+        assert_eq!(store.state().len(), 2);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let mut fired: Vec<String> = relist
+            .done(&store)
+            .iter()
+            .map(|o| {
+                format!(
+                    "{} {}",
+                    o.name_any(),
+                    o.resource_version().unwrap_or_default()
+                )
+            })
+            .collect();
+        fired.sort();
+        assert_eq!(fired, ["gone 1", "kept 7", "new 8"]);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod expiry;
 #[allow(dead_code)]
 #[path = "../e2e/harness.rs"]
 mod harness;

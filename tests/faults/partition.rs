@@ -27,7 +27,7 @@ fn read(kubeconfig: &Path) -> Value {
 }
 
 /// The API server's address in `kubeconfig` (`https://<ip>:<port>`).
-fn upstream(kubeconfig: &Path) -> std::net::SocketAddr {
+pub(crate) fn upstream(kubeconfig: &Path) -> std::net::SocketAddr {
     read(kubeconfig)["clusters"][0]["cluster"]["server"]
         .as_str()
         .and_then(|s| s.strip_prefix("https://"))
@@ -37,7 +37,7 @@ fn upstream(kubeconfig: &Path) -> std::net::SocketAddr {
 
 /// A copy of `kubeconfig` whose server is `addr` (the proxy); the certificate still names
 /// 127.0.0.1.
-fn through(kubeconfig: &Path, addr: std::net::SocketAddr) -> PathBuf {
+pub(crate) fn through(kubeconfig: &Path, addr: std::net::SocketAddr) -> PathBuf {
     let mut config = read(kubeconfig);
     config["clusters"][0]["cluster"]["server"] = format!("https://{addr}").into();
     let path = kubeconfig.with_file_name("kubeconfig-through-proxy");

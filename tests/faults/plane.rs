@@ -26,6 +26,11 @@ pub struct Plane {
 impl Plane {
     /// Starts the plane `faults-<name>` (a leftover of an earlier run is replaced).
     pub async fn up(name: &str) -> Self {
+        Self::up_with(name, "").await
+    }
+
+    /// Like [`Plane::up`], with extra kube-apiserver flags (`key=value …`).
+    pub async fn up_with(name: &str, apiserver_args: &str) -> Self {
         let cache = std::env::var_os("MOONIN_CACHE").map_or_else(
             || PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/moonin"),
             PathBuf::from,
@@ -35,6 +40,7 @@ impl Plane {
             Command::new(common::root().join("e2e/cluster"))
                 .args(args)
                 .env("MOONIN_CLUSTER_DIR", dir)
+                .env("MOONIN_APISERVER_ARGS", apiserver_args)
                 .status()
                 .expect("e2e/cluster runs")
         };
@@ -96,13 +102,6 @@ impl Plane {
 
 impl Drop for Plane {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "--- plane logs left in {} until the next run",
-                self.dir.display()
-            );
-            return;
-        }
         let _ = Command::new(common::root().join("e2e/cluster"))
             .arg("down")
             .env("MOONIN_CLUSTER_DIR", &self.dir)

@@ -3034,3 +3034,77 @@ proptest! {
         prop_assert_eq!(d_after.map(|d| (d.replicas, d.marks.owner.is_some(), d.original_replicas)), d_want.map(|d| (d.replicas, false, None)));
     }
 }
+
+/// Instants near 2026's daylight-saving changes (Berlin, New York, Lord Howe's half hour).
+const DST_EDGES: [&str; 6] = [
+    "2026-03-29T01:00:00Z",
+    "2026-10-25T01:00:00Z",
+    "2026-03-08T07:00:00Z",
+    "2026-11-01T06:00:00Z",
+    "2026-04-04T15:00:00Z",
+    "2026-10-03T15:30:00Z",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 1024,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Random window specs, valid and not (schedules the API server accepts but the cron
+    /// parser refuses, unknown zones, a date that never comes), on clocks around DST changes,
+    /// over random targets: decide never panics, every write keeps the invariants (guarded by
+    /// what was read, nothing outside the precondition, no override unless a window is open,
+    /// never an object a live template holds), and it always asks to be woken later.
+    #[test]
+    fn decide_keeps_its_invariants_for_any_spec_at_any_clock(
+        schedule in prop_oneof![
+            Just("0 8 * * 1-5"), Just("30 2 * * *"), Just("0 2 * * 0"), Just("*/7 * * * *"),
+            Just("59 23 31 12 *"), Just("0 0 31 2 *"), Just("61 * * * *"), Just("* * * *"),
+            Just("0 8 * * MON-FRI"), Just("15 1-3 * * *"),
+        ],
+        zone in prop_oneof![
+            Just(None), Just(Some("Europe/Berlin")), Just(Some("America/New_York")),
+            Just(Some("Australia/Lord_Howe")), Just(Some("UTC")), Just(Some("Mars/Olympus")),
+        ],
+        duration in prop_oneof![Just("1m"), Just("59m"), Just("90m"), Just("10h"), Just("24h"), Just("169h")],
+        manual in prop::option::of((-600i64..600, prop::option::of(Just("45m")))),
+        suspend in any::<bool>(),
+        edge in 0..DST_EDGES.len(),
+        offset in -360i64..360,
+        min in 1..15i32,
+        extra in 0..20i32,
+        replicas in prop::option::of(1..50i32),
+        carrier in 0..4u8,
+        cmin in prop::option::of(1..20i32),
+        cmax in prop::option::of(1..50i32),
+        carrier_who in who(),
+    ) {
+        let dep_who = Who::Nobody;
+        let mut s = random_snapshot(
+            min, extra, replicas, carrier, cmin, cmax, carrier_who, dep_who,
+            (None, None, None), false, false, Moment::Active,
+        );
+        let at_ = ts(DST_EDGES[edge]) + mins(offset);
+        s.template.window = WindowSpec {
+            suspend,
+            schedule: schedule.to_string(),
+            time_zone: zone.map(str::to_string),
+            duration: duration.parse().unwrap_or_else(|e| panic!("{e:?}")),
+            valid_until: None,
+            manual_run: manual.map(|(from, length)| ManualRun {
+                start_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at_ + mins(from)),
+                duration: length.map(|l| l.parse().unwrap_or_else(|e| panic!("{e:?}"))),
+            }),
+        };
+        let plan = decide(&s, at_);
+        check_invariants(&s, &plan.ops, plan.status.window.is_some())?;
+        prop_assert!(plan.requeue_at > at_ && plan.requeue_at <= resync(at_), "requeue {} at {at_}", plan.requeue_at);
+        // A spec the controller cannot read opens nothing.
+        let readable = crate::scaling::window::WindowInputs::from_spec(&s.template.window).is_ok();
+        if !readable {
+            prop_assert!(plan.status.window.is_none());
+        }
+    }
+}

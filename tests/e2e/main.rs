@@ -10,6 +10,7 @@
 mod chart;
 #[path = "../common/mod.rs"]
 mod common;
+mod crowd;
 mod discovery;
 mod discovery_config;
 mod foundation;

@@ -12,7 +12,13 @@
 //! cargo bench --bench boundary_latency
 //! MOONIN_BENCH_TEMPLATES=10 MOONIN_BENCH_ACTIONS=2 cargo bench --bench boundary_latency
 //! e2e/keda start && MOONIN_BENCH_AUTOSCALER=scaledobject cargo bench --bench boundary_latency
+//! MOONIN_BENCH_INVALID=1000 MOONIN_BENCH_SETUP_SECS=150 cargo bench --bench boundary_latency
 //! ```
+//!
+//! `MOONIN_BENCH_INVALID=N` creates N templates the controller must refuse (an unknown time
+//! zone, a schedule the cron parser refuses, a missing target, in turn) beside the measured
+//! ones, before the manager starts; the report says how many got their reason before the
+//! window opened (give it the time: `MOONIN_BENCH_SETUP_SECS`).
 //!
 //! Without `--bench` (how `cargo test --all-targets` runs it) it only says how to run it.
 
@@ -100,6 +106,8 @@ impl Carrier {
 struct Params {
     autoscaler: Carrier,
     templates: usize,
+    /// Templates the controller must refuse, created beside the measured ones.
+    invalid: usize,
     actions: usize,
     setup_secs: i64,
     quiet_secs: u64,
@@ -110,6 +118,12 @@ impl Params {
         Ok(Self {
             autoscaler: Carrier::from_env()?,
             templates: positive("MOONIN_BENCH_TEMPLATES", 100)? as usize,
+            invalid: match std::env::var("MOONIN_BENCH_INVALID") {
+                Err(_) => 0,
+                Ok(v) => v.parse().map_err(|_| {
+                    format!("MOONIN_BENCH_INVALID={v:?}: expected a number of templates")
+                })?,
+            },
             actions: positive("MOONIN_BENCH_ACTIONS", 5)? as usize,
             setup_secs: positive("MOONIN_BENCH_SETUP_SECS", 40)? as i64,
             quiet_secs: positive("MOONIN_BENCH_QUIET_WAIT_SECS", 300)?,
@@ -138,6 +152,7 @@ impl Params {
             &[
                 "MOONIN_BENCH_AUTOSCALER",
                 "MOONIN_BENCH_TEMPLATES",
+                "MOONIN_BENCH_INVALID",
                 "MOONIN_BENCH_ACTIONS",
                 "MOONIN_BENCH_SETUP_SECS",
                 "MOONIN_BENCH_QUIET_WAIT_SECS",

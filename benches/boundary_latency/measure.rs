@@ -19,7 +19,7 @@ use moonin::api::{keda::ScaledObject, scaling::ScalingTemplate};
 
 use crate::{
     CREATE_CONCURRENCY, Carrier, HPA_MAX, HPA_MIN, POLL, Params, REPLICAS,
-    objects::{deployment, hpa, scaled_object, template},
+    objects::{deployment, hpa, invalid_template, scaled_object, template},
     probes::{moonin_events, spec_floor, write_floor},
     report::{Leftovers, LogSummary, Report},
     server::{machine_note, rival_managers},
@@ -132,9 +132,11 @@ pub async fn measure(
     let close = open + SignedDuration::from_secs(60);
     progress(&format!("window {open} → {close}"));
     create_templates(&t, p, open).await?;
+    create_invalid(&t, p, open).await?;
 
     // 3. The manager; 4. and 5. the window opens and closes.
     let startup = start_manager(client, p, seat, &t, open, manager_slot).await?;
+    let refused = refusals(&t, p, open).await;
     let window = run_window(&t, &names, identity, &startup, open, close).await?;
 
     // 6. What is left.
@@ -153,6 +155,7 @@ pub async fn measure(
         left,
         log,
         events,
+        refused,
     })
 }
 
@@ -284,6 +287,67 @@ async fn create_templates(t: &Targets, p: &Params, open: Timestamp) -> Result<()
         .map_err(|e| format!("creating the templates: {e}"))?;
     progress(&format!("created {} templates", p.templates));
     Ok(())
+}
+
+/// Creates the templates the controller must refuse ([`invalid_template`]).
+async fn create_invalid(t: &Targets, p: &Params, open: Timestamp) -> Result<(), String> {
+    if p.invalid == 0 {
+        return Ok(());
+    }
+    let pp = PostParams::default();
+    stream::iter(0..p.invalid)
+        .map(|i| {
+            let (templates, pp) = (t.templates.clone(), pp.clone());
+            async move { templates.create(&pp, &invalid_template(i, open).0).await }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await
+        .map_err(|e| format!("creating the invalid templates: {e}"))?;
+    progress(&format!(
+        "created {} templates the controller must refuse",
+        p.invalid
+    ));
+    Ok(())
+}
+
+/// Waits, until the window opens, for every refused template to carry its reason
+/// (`Ready=False`); how many did, and when the last one did (seconds after the manager
+/// started waiting here).
+async fn refusals(t: &Targets, p: &Params, open: Timestamp) -> Option<(usize, f64)> {
+    if p.invalid == 0 {
+        return None;
+    }
+    let started = std::time::Instant::now();
+    let mut refused = 0;
+    while Timestamp::now() < open {
+        let list = t.templates.list(&ListParams::default()).await.ok()?;
+        refused = list
+            .items
+            .iter()
+            .filter(|tpl| {
+                let name = tpl.metadata.name.as_deref().unwrap_or_default();
+                let Some(i) = name.strip_prefix("invalid-").and_then(|i| i.parse().ok()) else {
+                    return false;
+                };
+                let reason = invalid_template(i, open).1;
+                tpl.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == reason)
+                })
+            })
+            .count();
+        if refused == p.invalid {
+            let secs = started.elapsed().as_secs_f64();
+            progress(&format!(
+                "every refused template has its reason after {secs:.1}s"
+            ));
+            return Some((refused, secs));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    Some((refused, started.elapsed().as_secs_f64()))
 }
 
 /// The targets that are not exactly as before the window, and the templates' phases.

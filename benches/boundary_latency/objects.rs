@@ -75,3 +75,26 @@ pub fn template(index: usize, actions: usize, open: Timestamp) -> ScalingTemplat
     }))
     .expect("template")
 }
+
+/// Refused template `index`: an unknown time zone, a schedule the API server accepts and the
+/// cron parser refuses, or a target that does not exist, in turn (the first two name a real
+/// target, which they must leave alone); and the reason its `Ready` condition must give.
+pub fn invalid_template(index: usize, open: Timestamp) -> (ScalingTemplate, &'static str) {
+    let mut t = serde_json::to_value(template(0, 1, open)).expect("template");
+    t["metadata"]["name"] = format!("invalid-{index:04}").into();
+    let reason = match index % 3 {
+        0 => {
+            t["spec"]["timeZone"] = "Mars/Olympus_Mons".into();
+            "UnknownTimeZone"
+        }
+        1 => {
+            t["spec"]["schedule"] = "61 * * * *".into();
+            "InvalidSchedule"
+        }
+        _ => {
+            t["spec"]["actions"][0]["target"]["name"] = format!("ghost-{index}").into();
+            "TargetNotFound"
+        }
+    };
+    (serde_json::from_value(t).expect("template"), reason)
+}

@@ -112,6 +112,9 @@ pub struct Report {
     pub log: LogSummary,
     /// Events published by moonin-scaling: (objects, occurrences, by type and reason).
     pub events: (usize, i64, BTreeMap<String, i64>),
+    /// With refused templates beside the window: how many carried their reason when it
+    /// opened, and how long after the manager was ready the last one did.
+    pub refused: Option<(usize, f64)>,
 }
 
 /// The goal for an edge's p99 ÷ the floor's.
@@ -135,7 +138,7 @@ impl Report {
         self.print_writes(p);
         self.print_server_times();
         self.print_reference();
-        self.print_checks();
+        self.print_checks(p);
     }
 
     /// The summary: each edge against the floor measured in this run, its writes against
@@ -500,7 +503,7 @@ impl Report {
         );
     }
 
-    fn print_checks(&self) {
+    fn print_checks(&self, p: &Params) {
         let (left, l) = (&self.left, &self.latencies);
         println!();
         println!("## Checks");
@@ -519,6 +522,12 @@ impl Report {
             "- templates carrying Moonin's finalizer more than once after startup: {}",
             self.startup.duplicate_finalizers
         );
+        if let Some((refused, secs)) = self.refused {
+            println!(
+                "- templates the controller must refuse: {refused} of {} carried their reason (Ready=False: UnknownTimeZone, InvalidSchedule, TargetNotFound) when the window opened, the last {secs:.1}s after the manager was ready",
+                p.invalid
+            );
+        }
         println!(
             "- template phases after the close: {}",
             left.phases

@@ -311,43 +311,34 @@ async fn create_invalid(t: &Targets, p: &Params, open: Timestamp) -> Result<(), 
     Ok(())
 }
 
-/// Waits, until the window opens, for every refused template to carry its reason
-/// (`Ready=False`); how many did, and when the last one did (seconds after the manager
-/// started waiting here).
-async fn refusals(t: &Targets, p: &Params, open: Timestamp) -> Option<(usize, f64)> {
+/// How many of the templates the controller must refuse carry their exact reason
+/// (`Ready=False`, [`invalid_template`]); `None` without any.
+async fn refusals(t: &Targets, p: &Params, open: Timestamp) -> Option<usize> {
     if p.invalid == 0 {
         return None;
     }
-    let started = std::time::Instant::now();
-    let mut refused = 0;
-    while Timestamp::now() < open {
-        let list = t.templates.list(&ListParams::default()).await.ok()?;
-        refused = list
-            .items
-            .iter()
-            .filter(|tpl| {
-                let name = tpl.metadata.name.as_deref().unwrap_or_default();
-                let Some(i) = name.strip_prefix("invalid-").and_then(|i| i.parse().ok()) else {
-                    return false;
-                };
-                let reason = invalid_template(i, open).1;
-                tpl.status.as_ref().is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == reason)
-                })
+    let list = t.templates.list(&ListParams::default()).await.ok()?;
+    let refused = list
+        .items
+        .iter()
+        .filter(|tpl| {
+            let name = tpl.metadata.name.as_deref().unwrap_or_default();
+            let Some(i) = name.strip_prefix("invalid-").and_then(|i| i.parse().ok()) else {
+                return false;
+            };
+            let reason = invalid_template(i, open).1;
+            tpl.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == reason)
             })
-            .count();
-        if refused == p.invalid {
-            let secs = started.elapsed().as_secs_f64();
-            progress(&format!(
-                "every refused template has its reason after {secs:.1}s"
-            ));
-            return Some((refused, secs));
-        }
-        tokio::time::sleep(POLL).await;
-    }
-    Some((refused, started.elapsed().as_secs_f64()))
+        })
+        .count();
+    progress(&format!(
+        "{refused} of {} refused templates carry their reason",
+        p.invalid
+    ));
+    Some(refused)
 }
 
 /// The targets that are not exactly as before the window, and the templates' phases.

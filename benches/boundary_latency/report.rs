@@ -112,9 +112,9 @@ pub struct Report {
     pub log: LogSummary,
     /// Events published by moonin-scaling: (objects, occurrences, by type and reason).
     pub events: (usize, i64, BTreeMap<String, i64>),
-    /// With refused templates beside the window: how many carried their reason when it
-    /// opened, and how long after the manager was ready the last one did.
-    pub refused: Option<(usize, f64)>,
+    /// With templates the controller must refuse beside the window: how many carried their
+    /// exact reason before it opened.
+    pub refused: Option<usize>,
 }
 
 /// The goal for an edge's p99 ÷ the floor's.
@@ -522,10 +522,10 @@ impl Report {
             "- templates carrying Moonin's finalizer more than once after startup: {}",
             self.startup.duplicate_finalizers
         );
-        if let Some((refused, secs)) = self.refused {
+        if let Some(refused) = self.refused {
             println!(
-                "- templates the controller must refuse: {refused} of {} carried their reason (Ready=False: UnknownTimeZone, InvalidSchedule, TargetNotFound) when the window opened, the last {secs:.1}s after the manager was ready",
-                p.invalid
+                "- templates the controller must refuse: {refused} of {} carried their reason (Ready=False: UnknownTimeZone, InvalidSchedule, TargetNotFound) before the window opened; with the valid ones Idle and the manager quiet {:.1} s after it started",
+                p.invalid, self.startup.secs
             );
         }
         println!(

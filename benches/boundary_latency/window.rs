@@ -90,19 +90,35 @@ pub async fn start_manager(
     })
 }
 
-/// Waits until every template carries the finalizer and is Idle and the manager's write
-/// counter stood still for [`QUIET`]; the counters then.
+/// Waits until every template carries the finalizer and is Idle (every one it must refuse
+/// says so) and the manager's write counter stood still for [`QUIET`]; the counters then.
 async fn templates_idle(
     addr: SocketAddr,
     t: &Targets,
     p: &Params,
     deadline: Instant,
 ) -> Result<Scrape, String> {
+    // The measured templates Idle; those it must refuse (`MOONIN_BENCH_INVALID`) refused.
     let idle = |list: &[ScalingTemplate]| {
-        list.len() == p.templates
-            && list.iter().all(|t| {
+        let phase = |t: &ScalingTemplate| t.status.as_ref().and_then(|s| s.phase.clone());
+        let (refused, measured): (Vec<_>, Vec<_>) = list.iter().partition(|t| {
+            t.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("invalid-"))
+        });
+        measured.len() == p.templates
+            && refused.len() == p.invalid
+            && measured.iter().all(|t| {
                 t.finalizers().iter().any(|f| f == keys::FINALIZER)
-                    && t.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Idle")
+                    && phase(t).as_deref() == Some("Idle")
+            })
+            && refused.iter().all(|t| {
+                t.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "False")
+                })
             })
     };
     let mut last_total = f64::NAN;

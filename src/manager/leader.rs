@@ -42,6 +42,58 @@ pub const RETRY_SECONDS: u64 = 2;
 const LEASE_DURATION: Duration = Duration::from_secs(LEASE_DURATION_SECONDS);
 const RENEW_DEADLINE: Duration = Duration::from_secs(RENEW_DEADLINE_SECONDS);
 const RETRY: Duration = Duration::from_secs(RETRY_SECONDS);
+/// How long one attempt may take: an API server under load answers slowly, and a slow
+/// renewal is still a renewal (its deadline counts from the attempt's start).
+const ATTEMPT: Duration = Duration::from_secs(5);
+/// The API server counts as unreachable once no attempt got an answer for this long.
+const UNANSWERED: Duration = Duration::from_secs(5);
+
+/// Whether the API server answers the election's attempts: unreachable once none got an
+/// answer (any answer, a refusal too) for [`UNANSWERED`].
+#[derive(Debug)]
+struct Probe {
+    last_answer: Instant,
+    /// When (wall clock) the last answer came.
+    answered_at: Timestamp,
+    down: Option<String>,
+}
+
+impl Probe {
+    fn new(now: Instant, wall: Timestamp) -> Self {
+        Self {
+            last_answer: now,
+            answered_at: wall,
+            down: None,
+        }
+    }
+
+    /// An answer came; true when the API server was unreachable until now.
+    fn answered(&mut self, now: Instant, wall: Timestamp) -> bool {
+        self.last_answer = now;
+        self.answered_at = wall;
+        self.down.take().is_some()
+    }
+
+    /// An attempt got no answer (`error`); true when that makes the API server unreachable.
+    fn unanswered(&mut self, error: &str, now: Instant) -> bool {
+        if self.down.is_some() || now.saturating_duration_since(self.last_answer) < UNANSWERED {
+            return false;
+        }
+        let since = self
+            .answered_at
+            .round(jiff::Unit::Second)
+            .unwrap_or(self.answered_at);
+        self.down = Some(format!(
+            "the API server has not answered since {since}: {error}"
+        ));
+        true
+    }
+
+    /// Why the API server is unreachable, while it is.
+    fn down(&self) -> Option<&str> {
+        self.down.as_deref()
+    }
+}
 
 /// What the candidate does with the Lease it just read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,7 +258,7 @@ async fn release(api: &Api<Lease>, identity: &str) -> kube::Result<bool> {
 /// Starts competing for the Lease in `namespace` as `identity`. The returned task gives the
 /// Lease up when `shutdown` is cancelled, so that a successor takes over at once. Its
 /// requests, every [`RETRY_SECONDS`], are also the manager's probe of the API server:
-/// `readiness` and `moonin_api_reachable` say whether the last one got an answer.
+/// `readiness` and `moonin_api_reachable` say when none got an answer for 5 s ([`Probe`]).
 pub fn elect(
     client: Client,
     namespace: &str,
@@ -222,10 +274,10 @@ pub fn elect(
     let identity = identity.to_string();
     let task = tokio::spawn(async move {
         let mut candidate = Candidate::new(&identity);
-        let mut failing = false;
+        let mut probe = Probe::new(Instant::now(), Timestamp::now());
         loop {
             let started = Instant::now();
-            let error = match tokio::time::timeout(RETRY, attempt(&api, &mut candidate)).await {
+            let error = match tokio::time::timeout(ATTEMPT, attempt(&api, &mut candidate)).await {
                 Ok(Ok(true)) => {
                     candidate.renewed(started);
                     None
@@ -240,29 +292,20 @@ pub fn elect(
                     None
                 }
                 Ok(Err(e)) => Some(e.to_string()),
-                Err(_) => Some(format!("no answer in {RETRY:?}")),
+                Err(_) => Some(format!("no answer in {ATTEMPT:?}")),
             };
-            match (&error, failing) {
-                (Some(e), false) => {
-                    tracing::warn!(lease = LEASE_NAME, error = %e, "the API server does not answer");
-                    metrics.api_reachable.set(0);
-                    readiness.set_unreachable(Some(format!(
-                        "the API server has not answered since {}: {e}",
-                        Timestamp::now()
-                            .round(jiff::Unit::Second)
-                            .unwrap_or_else(|_| Timestamp::now())
-                    )));
+            let flipped = match error {
+                None => probe.answered(Instant::now(), Timestamp::now()),
+                Some(e) => probe.unanswered(&e, Instant::now()),
+            };
+            if flipped {
+                match probe.down() {
+                    Some(why) => tracing::warn!(lease = LEASE_NAME, "{why}"),
+                    None => tracing::info!(lease = LEASE_NAME, "the API server answers again"),
                 }
-                (None, _) => {
-                    if failing {
-                        tracing::info!(lease = LEASE_NAME, "the API server answers again");
-                    }
-                    metrics.api_reachable.set(1);
-                    readiness.set_unreachable(None);
-                }
-                (Some(_), true) => {}
+                metrics.api_reachable.set(i64::from(probe.down().is_none()));
+                readiness.set_unreachable(probe.down().map(str::to_string));
             }
-            failing = error.is_some();
             *until.lock().unwrap_or_else(|e| e.into_inner()) = candidate.valid_until;
             publish(&tx, candidate.leads(Instant::now()), &identity, &metrics);
             // Wake at the renew deadline if it comes first, to say so at once.
@@ -278,11 +321,11 @@ pub fn elect(
         }
         *until.lock().unwrap_or_else(|e| e.into_inner()) = None;
         publish(&tx, false, &identity, &metrics);
-        match tokio::time::timeout(RETRY, release(&api, &identity)).await {
+        match tokio::time::timeout(ATTEMPT, release(&api, &identity)).await {
             Ok(Ok(true)) => tracing::info!(lease = LEASE_NAME, "released the Lease"),
             Ok(Ok(false)) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "could not release the Lease"),
-            Err(_) => tracing::warn!("could not release the Lease in {RETRY:?}"),
+            Err(_) => tracing::warn!("could not release the Lease in {ATTEMPT:?}"),
         }
     });
     (leadership, task)
@@ -371,6 +414,26 @@ mod tests {
         c.renewed(t0);
         c.follows();
         assert!(!c.leads(t0));
+    }
+
+    #[test]
+    fn the_api_server_is_unreachable_only_after_five_seconds_without_an_answer() {
+        let t0 = Instant::now();
+        let wall = Timestamp::from_second(1_700_000_000).expect("time");
+        let mut p = Probe::new(t0, wall);
+        // A slow or failed attempt soon after an answer: not yet.
+        assert!(!p.unanswered("no answer in 5s", t0 + Duration::from_secs(4)));
+        assert_eq!(p.down(), None);
+        assert!(p.unanswered("connection refused", t0 + UNANSWERED));
+        assert_eq!(
+            p.down(),
+            Some("the API server has not answered since 2023-11-14T22:13:20Z: connection refused")
+        );
+        // Said once; the first answer clears it.
+        assert!(!p.unanswered("connection refused", t0 + Duration::from_secs(30)));
+        assert!(p.answered(t0 + Duration::from_secs(31), wall));
+        assert!(!p.answered(t0 + Duration::from_secs(33), wall));
+        assert_eq!(p.down(), None);
     }
 
     #[test]

@@ -66,7 +66,7 @@ pub struct Metrics {
     /// `moonin_leader`: 1 while this process holds the leader Lease.
     pub leader: Gauge,
     /// `moonin_api_reachable`: 1 while the API server answers the leader election's requests
-    /// (every 2 s), 0 from the first that gets no answer.
+    /// (every 2 s), 0 once none got an answer for 5 s.
     pub api_reachable: Gauge,
     /// `moonin_api_writes_total{controller,kind}`: every create, patch and delete sent.
     pub api_writes: Family<WriteLabels, Counter>,
@@ -121,7 +121,7 @@ impl Metrics {
         let api_reachable = Gauge::default();
         registry.register(
             "api_reachable",
-            "1 while the API server answers the leader election's requests (every 2 s), 0 while it does not",
+            "1 while the API server answers the leader election's requests (every 2 s), 0 once none got an answer for 5 s",
             api_reachable.clone(),
         );
         let api_writes = Family::<WriteLabels, Counter>::default();

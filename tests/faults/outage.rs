@@ -84,7 +84,7 @@ async fn outage(fault: Fault, down: Duration) {
     // While it lasts: /readyz and the metrics say so, and the manager stops writing.
     let unready = wait_for(
         "/readyz to say the API server is gone",
-        Duration::from_secs(10),
+        Duration::from_secs(15),
         || async {
             let (code, body) = manager.get("/readyz")?;
             (code == 503 && body.contains("has not answered")).then_some(body)

@@ -81,6 +81,8 @@ struct Sample {
     requests_per_s: f64,
     writes_per_s: f64,
     errors: f64,
+    /// Reconcile errors so far, by reason.
+    reasons: BTreeMap<String, f64>,
 }
 
 async fn run() -> ExitCode {
@@ -170,6 +172,7 @@ async fn soak(
                 requests_per_s: d.requests.values().sum::<f64>() / dt,
                 writes_per_s: d.writes_total() / dt,
                 errors: now.errors.values().sum(),
+                reasons: now.errors.clone(),
             };
             progress(&format!(
                 "{:>5.0}s RSS {} sockets {} requests/s {:.1} errors {}",
@@ -412,8 +415,18 @@ fn report(p: &Params, samples: &[Sample], (warnings, errors): &(usize, usize)) {
         "- sockets after warm-up: {}; at the end: {}",
         first.sockets, last.sockets
     );
+    let reasons: Vec<String> = last
+        .reasons
+        .iter()
+        .map(|(r, n)| format!("{r} {n}"))
+        .collect();
     println!(
-        "- reconcile errors: {} (no fault was injected); manager log: {warnings} warnings, {errors} errors",
-        last.errors
+        "- reconcile errors: {} ({}; no fault was injected); manager log: {warnings} warnings, {errors} errors",
+        last.errors,
+        if reasons.is_empty() {
+            "none".to_string()
+        } else {
+            reasons.join(", ")
+        }
     );
 }

@@ -80,9 +80,15 @@ struct Sample {
     sockets: usize,
     requests_per_s: f64,
     writes_per_s: f64,
-    errors: f64,
     /// Reconcile errors so far, by reason.
     reasons: BTreeMap<String, f64>,
+}
+
+impl Sample {
+    /// Reconcile errors so far (an empty sum of floats is -0.0; shown as 0).
+    fn errors(&self) -> f64 {
+        self.reasons.values().sum::<f64>() + 0.0
+    }
 }
 
 async fn run() -> ExitCode {
@@ -171,7 +177,6 @@ async fn soak(
                 sockets: sockets(pid),
                 requests_per_s: d.requests.values().sum::<f64>() / dt,
                 writes_per_s: d.writes_total() / dt,
-                errors: now.errors.values().sum(),
                 reasons: now.errors.clone(),
             };
             progress(&format!(
@@ -180,7 +185,7 @@ async fn soak(
                 mib(s.rss_kib),
                 s.sockets,
                 s.requests_per_s,
-                s.errors
+                s.errors()
             ));
             samples.push(s);
         }
@@ -375,7 +380,7 @@ fn report(p: &Params, samples: &[Sample], (warnings, errors): &(usize, usize)) {
             s.sockets,
             s.requests_per_s,
             s.writes_per_s,
-            s.errors
+            s.errors()
         );
     }
     let warm = Duration::from_secs(p.warmup_minutes * 60);
@@ -422,7 +427,7 @@ fn report(p: &Params, samples: &[Sample], (warnings, errors): &(usize, usize)) {
         .collect();
     println!(
         "- reconcile errors: {} ({}; no fault was injected); manager log: {warnings} warnings, {errors} errors",
-        last.errors,
+        last.errors(),
         if reasons.is_empty() {
             "none".to_string()
         } else {

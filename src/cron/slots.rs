@@ -11,6 +11,10 @@ use jiff::{SignedDuration, Timestamp, civil::DateTime, tz::TimeZone};
 /// whole number of periods, in the geometry's time zone.
 const ANCHOR: DateTime = jiff::civil::date(1970, 1, 5).at(0, 0, 0, 0);
 
+/// At most this many offset changes are followed inside one slot (a slot of a week spans
+/// one or two daylight-saving changes).
+const MAX_CHANGES: usize = 8;
+
 /// At most this many slots in a period.
 pub const MAX_SLOTS: usize = 2016;
 
@@ -80,22 +84,66 @@ impl Geometry {
             .unwrap_or(Timestamp::UNIX_EPOCH)
     }
 
-    /// The slot `t` falls in.
+    /// The slot `t` falls in: the whole stretch of time around `t` in which the wall clock
+    /// stays within the slot's civil range. A repeated hour (the clock going back) keeps one
+    /// slot across both passes when the slot spans the change, or lets short slots recur
+    /// in the second pass; a skipped hour shortens or skips slots.
     pub fn slot_at(&self, t: Timestamp) -> Slot {
         let c = self.civil(t);
         let pos = c.rem_euclid(self.period_secs());
-        let start_civil = c - pos % self.slot_secs;
-        let start = self.instant(start_civil).min(t);
-        let end = self.instant(start_civil + self.slot_secs).max(
-            t.checked_add(SignedDuration::from_secs(1))
-                .unwrap_or(Timestamp::MAX),
-        );
+        let from = c - pos % self.slot_secs;
+        let to = from + self.slot_secs;
+        let whole = Timestamp::from_second(t.as_second()).unwrap_or(t);
         Slot {
             index: usize::try_from(pos / self.slot_secs).unwrap_or(0),
-            start,
-            end,
+            start: self.entered(whole, c, from, to).min(t),
+            end: self.left(whole, c, from, to).max(
+                t.checked_add(SignedDuration::from_secs(1))
+                    .unwrap_or(Timestamp::MAX),
+            ),
             period: c.div_euclid(self.period_secs()),
         }
+    }
+
+    /// Going back from `t` (whose wall clock shows civil `c`), when the wall clock last
+    /// entered `[from, to)`: where it showed `from`, or the offset change that moved it in.
+    fn entered(&self, t: Timestamp, c: i64, from: i64, to: i64) -> Timestamp {
+        let (mut at, mut c, mut search) = (t, c, t + SignedDuration::from_secs(1));
+        for _ in 0..MAX_CHANGES {
+            let hit = at - SignedDuration::from_secs(c - from);
+            match self.tz.preceding(search).next().map(|x| x.timestamp()) {
+                Some(change) if change >= hit => {
+                    // Just before the change the wall clock showed `before` (exclusive).
+                    let before = self.civil(change - SignedDuration::from_secs(1)) + 1;
+                    if before <= from || before > to {
+                        return change;
+                    }
+                    (at, c, search) = (change, before, change);
+                }
+                _ => return hit,
+            }
+        }
+        at
+    }
+
+    /// Going forward from `t` (whose wall clock shows civil `c`), when the wall clock leaves
+    /// `[from, to)`: where it shows `to`, or the offset change that moves it out.
+    fn left(&self, t: Timestamp, c: i64, from: i64, to: i64) -> Timestamp {
+        let (mut at, mut c) = (t, c);
+        for _ in 0..MAX_CHANGES {
+            let reach = at + SignedDuration::from_secs(to - c);
+            match self.tz.following(at).next().map(|x| x.timestamp()) {
+                Some(change) if change <= reach => {
+                    let after = self.civil(change);
+                    if after < from || after >= to {
+                        return change;
+                    }
+                    (at, c) = (change, after);
+                }
+                _ => return reach,
+            }
+        }
+        at
     }
 
     /// When period `period` (whole periods from the anchor) starts.
@@ -166,6 +214,30 @@ mod tests {
         );
         let after = day.slot_at(ts("2026-03-29T01:30:00Z"));
         assert_eq!(after.index, 3);
+        // 2026-11-01 01:00–02:00 New York happens twice: an hour slot spans both passes,
+        // a quarter-hour slot recurs in the second pass (it used to end one second after
+        // the instant asked about, so a history closed it every second).
+        let ny_hour = Geometry::new(3600, 86_400, "America/New_York").unwrap();
+        for t in ["2026-11-01T05:30:00Z", "2026-11-01T06:30:00Z"] {
+            let s = ny_hour.slot_at(ts(t));
+            assert_eq!(
+                (s.index, s.start, s.end),
+                (1, ts("2026-11-01T05:00:00Z"), ts("2026-11-01T07:00:00Z"))
+            );
+        }
+        let ny_quarter = Geometry::new(900, 86_400, "America/New_York").unwrap();
+        let first = ny_quarter.slot_at(ts("2026-11-01T05:20:00Z"));
+        let second = ny_quarter.slot_at(ts("2026-11-01T06:20:00Z"));
+        assert_eq!(first.index, second.index);
+        assert_eq!(
+            (first.start, first.end, second.start, second.end),
+            (
+                ts("2026-11-01T05:15:00Z"),
+                ts("2026-11-01T05:30:00Z"),
+                ts("2026-11-01T06:15:00Z"),
+                ts("2026-11-01T06:30:00Z")
+            )
+        );
         // Every instant is inside the slot found for it.
         for minute in 0..(48 * 60) {
             let t = ts("2026-10-24T12:00:00Z") + SignedDuration::from_mins(minute);
@@ -196,5 +268,51 @@ mod tests {
         assert_eq!(span(86_400), "1d");
         let e = Geometry::new(60, 600, "Mars/Olympus_Mons").unwrap_err();
         assert!(e.contains("Mars/Olympus_Mons"), "{e}");
+    }
+
+    /// Instants around 2026's daylight-saving changes: Berlin, New York, Lord Howe (half
+    /// an hour), Santiago (southern hemisphere).
+    const EDGES: [&str; 7] = [
+        "2026-03-29T01:00:00Z",
+        "2026-10-25T01:00:00Z",
+        "2026-03-08T07:00:00Z",
+        "2026-11-01T06:00:00Z",
+        "2026-04-04T15:00:00Z",
+        "2026-10-03T15:30:00Z",
+        "2026-04-05T03:00:00Z",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 2048,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// For any zone, slot length and clock near a daylight-saving change, the slots
+        /// tile time: the instant is inside its slot, every instant of the slot finds the
+        /// same slot, and the next slot starts exactly where this one ends.
+        #[test]
+        fn slots_tile_time_across_daylight_saving_changes(
+            zone in proptest::sample::select(vec![
+                "Europe/Berlin", "America/New_York", "Australia/Lord_Howe",
+                "America/Santiago", "UTC", "Asia/Kolkata",
+            ]),
+            slot in proptest::sample::select(vec![1i64, 60, 300, 900, 1800, 3600, 5400, 7200]),
+            period in proptest::sample::select(vec![86_400i64, 604_800]),
+            edge in 0..EDGES.len(),
+            offset in -129_600i64..129_600,
+        ) {
+            let g = Geometry::new(slot, period, zone).unwrap();
+            let t = ts(EDGES[edge]) + SignedDuration::from_secs(offset);
+            let s = g.slot_at(t);
+            proptest::prop_assert!(s.index < g.slots);
+            proptest::prop_assert!(s.start <= t && t < s.end, "{t}: {s:?}");
+            proptest::prop_assert_eq!(g.slot_at(s.start), s, "from its start");
+            let last = s.end - SignedDuration::from_secs(1);
+            proptest::prop_assert_eq!(g.slot_at(last), s, "from its last second");
+            let next = g.slot_at(s.end);
+            proptest::prop_assert_eq!(next.start, s.end, "the next slot of {:?}", s);
+        }
     }
 }

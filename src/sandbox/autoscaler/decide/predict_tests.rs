@@ -19,6 +19,7 @@ use crate::api::sandbox::{
     ClaimHistory, PoolAutoScalingStatus, PredictivePolicy, ScaleDownPolicy, ScaleUpPolicy,
     ScalingGroup,
 };
+use crate::sandbox::autoscaler::RESYNC;
 
 const SLOT: usize = 40;
 
@@ -314,4 +315,102 @@ fn an_unknown_time_zone_is_said_once() {
     // Said: the next cycle publishes nothing.
     s.pool.auto_scaling = d.status;
     assert!(decide(&s, now()).events.is_empty());
+}
+
+/// Instants of 2026's daylight-saving changes: Berlin and New York (both ways), Lord Howe
+/// (half an hour), Santiago (southern hemisphere).
+const DST_CHANGES: [(&str, &str); 6] = [
+    ("Europe/Berlin", "2026-03-29T01:00:00Z"),
+    ("Europe/Berlin", "2026-10-25T01:00:00Z"),
+    ("America/New_York", "2026-11-01T06:00:00Z"),
+    ("Australia/Lord_Howe", "2026-04-04T15:00:00Z"),
+    ("Australia/Lord_Howe", "2026-10-03T15:30:00Z"),
+    ("America/Santiago", "2026-04-05T03:00:00Z"),
+];
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 96,
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// A pool woken whenever its decision asks (and at random times between), for hours
+    /// across a daylight-saving change in its policy's zone, with claims at random instants:
+    /// the slots it closes follow each other without gap or overlap, each lasts between one
+    /// second and a slot plus the change, each counts exactly the claims that arrived in
+    /// it, every decision asks to be woken later, and no more often than the slots need.
+    #[test]
+    fn claims_are_counted_once_across_daylight_saving_changes(
+        change in 0..DST_CHANGES.len(),
+        slot in proptest::sample::select(vec![60i32, 300, 900, 1800, 3600, 5400]),
+        period in proptest::sample::select(vec![86_400i32, 604_800]),
+        start in -10_800i64..-3_600,
+        steps in proptest::collection::vec(1i64..5400, 1..64),
+        claims in proptest::collection::vec(0i64..18_000, 0..120),
+    ) {
+        let (zone, instant) = DST_CHANGES[change];
+        let policy = PredictivePolicy {
+            time_zone: Some(zone.into()),
+            slot_seconds: slot,
+            period_seconds: period,
+            ..policy()
+        };
+        let origin: Timestamp = instant.parse().unwrap();
+        let first = origin + SignedDuration::from_secs(start);
+        let arrivals: Vec<Timestamp> =
+            claims.iter().map(|&c| first + SignedDuration::from_secs(c)).collect();
+        let mut s = snap(None);
+        s.group = Some(group(policy.clone()));
+        s.forecast.as_mut().unwrap().geometry = Geometry::of(&policy);
+
+        let mut now = first;
+        let mut opened: Option<Timestamp> = None;
+        let mut covered: Option<(Timestamp, Timestamp)> = None;
+        let mut counted = 0i64;
+        let until = origin + SignedDuration::from_secs(7200);
+        let mut asked = 0i64;
+        for step in steps.iter().cycle() {
+            if now >= until {
+                break;
+            }
+            let input = s.forecast.as_mut().unwrap();
+            input.arrivals = arrivals.iter().copied().filter(|t| *t <= now).collect();
+            let d = decide(&s, now);
+            proptest::prop_assert!(d.requeue_at > now, "requeue {} at {now}", d.requeue_at);
+            let input = s.forecast.as_mut().unwrap();
+            if let Some(mut h) = d.claim_history {
+                let next = h.open_slot_start.0;
+                proptest::prop_assert!(next <= now, "opened {next} at {now}");
+                if let Some(closed) = opened {
+                    // A slot closed: [closed, next), its count at the one index it wrote.
+                    let span = next.duration_since(closed).as_secs();
+                    proptest::prop_assert!(span >= 1 && span <= i64::from(slot) + 3600, "closed {closed}..{next}");
+                    let written: Vec<i32> = h.expected.iter().copied().filter(|e| *e >= 0).collect();
+                    proptest::prop_assert_eq!(written.len(), 1, "{:?}", written);
+                    let arrived = arrivals.iter().filter(|t| closed <= **t && **t < next).count();
+                    proptest::prop_assert_eq!(i64::from(written[0]), 100 * i64::try_from(arrived).unwrap());
+                    counted += i64::try_from(arrived).unwrap();
+                    covered = Some((covered.map_or(closed, |c| c.0), next));
+                }
+                opened = Some(next);
+                // Forget what was observed, so the next count is read as it is, not blended.
+                h.expected.iter_mut().for_each(|e| *e = -1);
+                input.history = Some(h);
+            }
+            let random = now + SignedDuration::from_secs(*step);
+            asked += i64::from(d.requeue_at <= random);
+            now = d.requeue_at.min(random);
+        }
+        // Woken when asked no more often than its slots, the lead before each and the
+        // resync need (a slot misread as ending a second later would ask every second).
+        let elapsed = now.duration_since(first).as_secs();
+        let bound = 3 * (elapsed / i64::from(slot) + 2) + elapsed / RESYNC.as_secs() + 2;
+        proptest::prop_assert!(asked <= bound, "woken {asked} times in {elapsed}s, at most {bound}");
+        // Every claim between the first slot closed and the last is counted.
+        if let Some((from, to)) = covered {
+            let arrived = arrivals.iter().filter(|t| from <= **t && **t < to).count();
+            proptest::prop_assert_eq!(counted, i64::try_from(arrived).unwrap());
+        }
+    }
 }

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod cron;
 pub mod discovery;
+pub mod fleet;
 pub mod gitops;
 pub mod manager;
 pub mod runtime;

@@ -1,5 +1,6 @@
 //! The `moonin` command: `run` the manager, print a template's `schedule`, `suggest`
-//! templates, print the `crds` or the `argocd` configuration, print the `version`.
+//! templates, view the `fleet`, print the `crds` or the `argocd` configuration, print the
+//! `version`.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -36,6 +37,9 @@ enum Command {
     /// Propose ScalingTemplates from the replica history discovery keeps of each HPA and
     /// ScaledObject, and flag templates whose windows changed nothing.
     Suggest(moonin::scaling::suggest::cli::SuggestArgs),
+    /// One view over many clusters: Moonin's objects read from every kubeconfig context at
+    /// once, printed as one table with a CLUSTER column.
+    Fleet(moonin::fleet::cli::FleetArgs),
     /// Print every CRD as YAML, or write one file per CRD into a directory.
     Crds {
         /// Write `<plural>.moonin.io.yaml` files here instead of printing.
@@ -108,6 +112,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Schedule(args) => moonin::scaling::schedule::run(args).await,
         Command::Suggest(args) => moonin::scaling::suggest::cli::run(args).await,
+        Command::Fleet(args) => moonin::fleet::cli::run(args).await,
         Command::Crds { out_dir } => print_crds(out_dir),
         Command::Argocd { out_dir } => print_argocd(out_dir),
         Command::Version => {

@@ -68,7 +68,12 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         reachability: Reachability::default(),
         events: Publisher::new(client.clone(), "moonin-discovery"),
         open_slots: OpenSlots::default(),
+        facts: Arc::default(),
     });
+    let facts = shared.facts.clone();
+    ctx.metrics.facts.add(Box::new(move || {
+        facts.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }));
     // Discovery's own kinds that do not decode get `InvalidSpec`.
     let reporters: [BoxFuture<'static, ()>; 3] = [
         Box::pin(invalid::report::<ClusterDiscovery>(

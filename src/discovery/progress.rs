@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::discovery::NamespaceInventoryStatus;
+use crate::discovery::signals::reasons;
 
 /// Per namespace, what the rebuilds established for the cluster status.
 #[derive(Debug, Default)]
@@ -16,6 +17,19 @@ pub struct Progress {
     signals: BTreeMap<String, i32>,
     /// Images per namespace, for the totals.
     images: BTreeMap<String, BTreeSet<String>>,
+    /// Per namespace, the Deployments and CronJobs showing each signal reason.
+    by_signal: BTreeMap<String, BTreeMap<String, i64>>,
+}
+
+/// The reason a signal starts with (`CrashLoopBackOff: container app` → `CrashLoopBackOff`),
+/// `Other` when it is none of [`reasons::ALL`]: a bounded label.
+fn reason_of(signal: &str) -> &'static str {
+    let head = signal.split(':').next().unwrap_or_default().trim();
+    reasons::ALL
+        .iter()
+        .find(|r| **r == head)
+        .copied()
+        .unwrap_or("Other")
 }
 
 impl Progress {
@@ -28,6 +42,7 @@ impl Progress {
     pub fn forget(&mut self, ns: &str) {
         self.signals.remove(ns);
         self.images.remove(ns);
+        self.by_signal.remove(ns);
         self.split.remove(ns);
         self.written.remove(ns);
     }
@@ -41,6 +56,27 @@ impl Progress {
         );
         self.images
             .insert(ns.to_string(), status.images.iter().cloned().collect());
+        let mut by_signal: BTreeMap<String, i64> = BTreeMap::new();
+        let workloads = status.deployments.iter().map(|d| &d.signals);
+        for signals in workloads.chain(status.cron_jobs.iter().map(|c| &c.signals)) {
+            // A workload counts once per reason, however many of its signals share it.
+            let reasons: BTreeSet<&str> = signals.iter().map(|s| reason_of(s)).collect();
+            for r in reasons {
+                *by_signal.entry(r.to_string()).or_default() += 1;
+            }
+        }
+        self.by_signal.insert(ns.to_string(), by_signal);
+    }
+
+    /// The Deployments and CronJobs showing each signal reason, over every namespace.
+    pub fn workloads_by_signal(&self) -> BTreeMap<String, i64> {
+        let mut out: BTreeMap<String, i64> = BTreeMap::new();
+        for per_ns in self.by_signal.values() {
+            for (reason, n) in per_ns {
+                *out.entry(reason.clone()).or_default() += n;
+            }
+        }
+        out
     }
 
     /// A namespace's inventory was written, in `parts` parts.
@@ -123,5 +159,60 @@ mod tests {
         p.restart();
         assert_eq!(p.written_of(&[&a, &b, &c]), 0);
         assert_eq!(p.error_signals(), 5, "a restart keeps the totals");
+    }
+
+    #[test]
+    fn workloads_are_counted_once_per_signal_reason_with_unknown_ones_as_other() {
+        use crate::api::discovery::{CronJobEntry, DeploymentEntry};
+        let deployment = |name: &str, signals: &[&str]| DeploymentEntry {
+            name: name.into(),
+            signals: signals.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let shop = NamespaceInventoryStatus {
+            deployments: vec![
+                deployment(
+                    "web",
+                    &[
+                        "CrashLoopBackOff: container app",
+                        "CrashLoopBackOff: container sidecar",
+                    ],
+                ),
+                deployment(
+                    "api",
+                    &[
+                        "CrashLoopBackOff: container app",
+                        "Unavailable: 0/2 available",
+                    ],
+                ),
+                deployment("db", &[]),
+            ],
+            cron_jobs: vec![CronJobEntry {
+                name: "nightly".into(),
+                signals: vec!["LastRunFailed: job nightly-1".into(), "SomethingNew".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut p = Progress::default();
+        p.built("shop", &shop);
+        p.built(
+            "ops",
+            &NamespaceInventoryStatus {
+                deployments: vec![deployment("x", &["CrashLoopBackOff: container x"])],
+                ..Default::default()
+            },
+        );
+        let want: BTreeMap<String, i64> = [
+            ("CrashLoopBackOff", 3),
+            ("LastRunFailed", 1),
+            ("Other", 1),
+            ("Unavailable", 1),
+        ]
+        .map(|(k, v)| (k.to_string(), v))
+        .into();
+        assert_eq!(p.workloads_by_signal(), want);
+        p.forget("ops");
+        assert_eq!(p.workloads_by_signal()["CrashLoopBackOff"], 2);
     }
 }

@@ -204,6 +204,8 @@ pub async fn rebuild(
         settle(progress, refusals, &mut unwritten, ns, result);
     }
     let snapshot = status::load(shared, cd, &live, &excluded, progress, probe).await;
+    *shared.facts.lock().unwrap_or_else(|e| e.into_inner()) =
+        status::facts(&snapshot.totals, progress);
     status::write(shared, cd, &snapshot.current, &status::decide(&snapshot)).await?;
     status::report_not_in_charge(shared, cd).await?;
     Ok(unwritten)

@@ -37,4 +37,7 @@ pub struct Shared {
     pub events: Publisher,
     /// The slot each autoscaler's replica history is observing.
     pub open_slots: OpenSlots,
+    /// The fleet facts of the last cluster status (`moonin_fleet_inventory`,
+    /// `moonin_fleet_workloads_with_signal`), read at each scrape.
+    pub facts: Arc<std::sync::Mutex<Vec<crate::runtime::facts::Fact>>>,
 }

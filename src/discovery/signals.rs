@@ -53,6 +53,26 @@ pub mod reasons {
     /// A ServiceAccount of the namespace is bound to `cluster-admin` or to a role with a
     /// wildcard rule (a hazard).
     pub const PRIVILEGED_SERVICE_ACCOUNT: &str = "PrivilegedServiceAccount";
+    /// Every reason above: the values of the `signal` label of
+    /// `moonin_fleet_workloads_with_signal` (any other is counted as `Other`).
+    pub const ALL: [&str; 16] = [
+        PROGRESS_DEADLINE_EXCEEDED,
+        REPLICA_FAILURE,
+        UNAVAILABLE,
+        CRASH_LOOP_BACK_OFF,
+        IMAGE_PULL_BACK_OFF,
+        ERR_IMAGE_PULL,
+        INVALID_IMAGE_NAME,
+        SELECTOR_OVERLAP,
+        TWO_AUTOSCALERS,
+        REPLICAS_OWNED_BY_GITOPS,
+        LAST_RUN_FAILED,
+        MISSED_SCHEDULE,
+        TARGET_NOT_FOUND,
+        SERVICE_SELECTS_NOTHING,
+        BACKEND_NOT_FOUND,
+        PRIVILEGED_SERVICE_ACCOUNT,
+    ];
 }
 
 /// Pod waiting reasons that are signals, in the order they are checked.

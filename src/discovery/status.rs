@@ -26,6 +26,7 @@ use crate::api::{
     discovery::{ClusterDiscovery, ClusterDiscoveryStatus, Sourced, Totals},
     field_manager,
 };
+use crate::runtime::facts::{Fact, INVENTORY_FACTS, Series};
 
 /// The API server's version, asked once, and whether it answered then: `ApiReachable`
 /// until the heartbeat's first beat.
@@ -90,6 +91,35 @@ pub struct ClusterSnapshot {
     pub current: ClusterDiscoveryStatus,
     /// When it was loaded.
     pub now: Timestamp,
+}
+
+/// The fleet facts of a cluster status: its totals and the workloads showing each signal.
+pub fn facts(totals: &Totals, progress: &Progress) -> Vec<Fact> {
+    let inventory = [
+        totals.namespaces,
+        totals.deployments,
+        totals.images,
+        totals.cron_jobs,
+        totals.error_signals,
+    ];
+    let mut out: Vec<Fact> = INVENTORY_FACTS
+        .iter()
+        .zip(inventory)
+        .map(|(fact, n)| {
+            Fact::new(
+                Series::Inventory,
+                vec![("fact", (*fact).to_string())],
+                i64::from(n),
+            )
+        })
+        .collect();
+    out.extend(
+        progress
+            .workloads_by_signal()
+            .into_iter()
+            .map(|(signal, n)| Fact::new(Series::WorkloadsWithSignal, vec![("signal", signal)], n)),
+    );
+    out
 }
 
 /// Loads the cluster status's inputs: the stores, what the rebuilds established, and the

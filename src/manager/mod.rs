@@ -142,6 +142,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     );
     readiness.report_synced();
 
+    metrics.facts.set_cluster(&args.cluster_name);
     let ctx = Context {
         client,
         leadership: leadership.clone(),

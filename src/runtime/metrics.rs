@@ -7,6 +7,8 @@ use prometheus_client::{
 };
 use std::sync::Arc;
 
+use super::facts::{FactFamily, Facts, Series};
+
 /// Labels of per-controller series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabels {
@@ -77,6 +79,9 @@ pub struct Metrics {
     /// [`crate::runtime::invalid`] at each scrape; a kind once seen stays, at 0).
     invalid_objects: Family<KindLabels, Gauge>,
     invalid_kinds: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// `moonin_fleet_*{cluster,…}`: the inventory's key facts, asked of the controllers at
+    /// each scrape (see [`crate::runtime::facts`]).
+    pub facts: Facts,
 }
 
 impl Default for Metrics {
@@ -153,6 +158,7 @@ impl Metrics {
             "Build information; the value is always 1",
             build,
         );
+        let facts = register_facts(&mut registry);
         Self {
             registry: Arc::new(registry),
             reconciliations,
@@ -164,6 +170,7 @@ impl Metrics {
             api_requests,
             invalid_objects,
             invalid_kinds: Arc::default(),
+            facts,
         }
     }
 
@@ -188,6 +195,7 @@ impl Metrics {
 
     /// The registry in the Prometheus text format.
     pub fn render(&self) -> String {
+        self.facts.refresh();
         {
             let counts = crate::runtime::invalid::counts();
             let mut kinds = self.invalid_kinds.lock().unwrap_or_else(|e| e.into_inner());
@@ -203,6 +211,54 @@ impl Metrics {
         let _ = encode(&mut out, &self.registry);
         out
     }
+}
+
+/// Registers the fleet series (`moonin_fleet_*`, see [`crate::runtime::facts`]).
+fn register_facts(registry: &mut Registry) -> Facts {
+    let fleet_inventory = FactFamily::default();
+    registry.register(
+            "fleet_inventory",
+            "What discovery inventoried in this cluster, by fact (namespaces, deployments, images, cron_jobs, error_signals)",
+            fleet_inventory.clone(),
+        );
+    let fleet_signals = FactFamily::default();
+    registry.register(
+        "fleet_workloads_with_signal",
+        "Deployments and CronJobs that show each error signal now",
+        fleet_signals.clone(),
+    );
+    let fleet_templates = FactFamily::default();
+    registry.register(
+        "fleet_scaling_templates",
+        "ScalingTemplates and ClusterScalingTemplates, by phase",
+        fleet_templates.clone(),
+    );
+    let fleet_windows = FactFamily::default();
+    registry.register(
+        "fleet_open_windows",
+        "Scaling windows open now",
+        fleet_windows.clone(),
+    );
+    let fleet_pools = FactFamily::default();
+    registry.register(
+        "fleet_pool_replicas",
+        "Each SandboxPool's Pods, by state (desired, ready, idle, claimed)",
+        fleet_pools.clone(),
+    );
+    let fleet_saturated = FactFamily::default();
+    registry.register(
+        "fleet_pool_saturated",
+        "1 while a SandboxPool's scale-up is held back by quota or capacity",
+        fleet_saturated.clone(),
+    );
+    Facts::new([
+        (Series::Inventory, fleet_inventory),
+        (Series::WorkloadsWithSignal, fleet_signals),
+        (Series::ScalingTemplates, fleet_templates),
+        (Series::OpenWindows, fleet_windows),
+        (Series::PoolReplicas, fleet_pools),
+        (Series::PoolSaturated, fleet_saturated),
+    ])
 }
 
 /// The Kubernetes verb of a request, from its method and path: a `GET` with `watch=true`

@@ -11,6 +11,7 @@ pub mod context;
 pub mod decode;
 pub mod errors;
 pub mod events;
+pub mod facts;
 pub mod invalid;
 pub mod leader;
 pub mod lists;

@@ -35,7 +35,7 @@ use crate::runtime::{
     context::{Context, Readiness, Registered},
     errors::brief,
     events::Publisher,
-    invalid,
+    facts, invalid,
     metrics::{ControllerLabels, ErrorLabels},
 };
 
@@ -386,6 +386,16 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     let (tx, rx) = requests();
     let echoes = Echoes::default();
     let (stores, drives) = caches(&ctx.client, &tx, &echoes);
+    let pools = stores.pools.clone();
+    ctx.metrics.facts.add(Box::new(move || {
+        let now = jiff::Timestamp::now();
+        let counts = pools
+            .state()
+            .iter()
+            .map(|p| facts::pool_counts(p, now))
+            .collect();
+        facts::pool_facts(counts)
+    }));
     let writer = Writer {
         client: ctx.client.clone(),
         events: Publisher::new(ctx.client.clone(), "moonin-sandbox"),

@@ -23,7 +23,9 @@ use super::decide::{self, TargetKey};
 use super::load::{self, Stores, Template};
 use crate::api::keda::ScaledObject;
 use crate::api::scaling::{ClusterScalingTemplate, ScalingTemplate, ScalingTemplateStatus};
-use crate::runtime::{backoff::Backoff, cache, cache::OwnWrites, events::Publisher, invalid};
+use crate::runtime::{
+    backoff::Backoff, cache, cache::OwnWrites, events::Publisher, facts, invalid,
+};
 use crate::runtime::{
     context::{Context, Readiness, Registered},
     metrics::{ControllerLabels, ErrorLabels},
@@ -262,6 +264,12 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     let (cl_tx, cl_rx) = cache::requests::<ClusterScalingTemplate>();
     let echoes = cache::Echoes::default();
     let (stores, mut drives) = caches(&client, ns_tx, cl_tx, &echoes).await;
+    let (ns_store, cl_store) = (stores.templates.clone(), stores.cluster_templates.clone());
+    ctx.metrics.facts.add(Box::new(move || {
+        let (ns, cl) = (ns_store.state(), cl_store.state());
+        let statuses = ns.iter().map(|t| t.status.as_ref());
+        facts::template_facts(statuses.chain(cl.iter().map(|t| t.status.as_ref())))
+    }));
     let events = Publisher::new(client.clone(), "moonin-scaling");
     drives.push(Box::pin(invalid::report::<ScalingTemplate>(
         client.clone(),

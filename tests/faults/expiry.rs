@@ -31,7 +31,7 @@ use serde_json::json;
 use crate::{
     harness::{self, Manager, kwok_deployment, wait_for},
     partition::through,
-    plane::Plane,
+    plane::{Plane, leading},
     proxy::Proxy,
 };
 
@@ -72,14 +72,7 @@ async fn after_expired_watches_the_manager_sees_what_the_api_server_lists() {
         &["--namespace", NS],
     )
     .await;
-    wait_for("the manager to lead", Duration::from_secs(30), || async {
-        manager
-            .get("/metrics")?
-            .1
-            .contains("moonin_leader 1")
-            .then_some(())
-    })
-    .await;
+    leading(&manager).await;
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
     for i in 0..DEPLOYMENTS {

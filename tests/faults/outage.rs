@@ -4,12 +4,11 @@
 use std::time::{Duration, Instant};
 
 use jiff::{SignedDuration, Timestamp};
-use kube::api::PostParams;
 
 use crate::{
     harness::{self, Manager, wait_for},
     load::Load,
-    plane::Plane,
+    plane::{Plane, leading},
 };
 
 /// What goes away.
@@ -42,30 +41,15 @@ async fn outage(fault: Fault, down: Duration) {
     };
     let plane = Plane::up(name).await;
     let client = plane.client.clone();
-    harness::install_crds(&client).await;
     let ns = "faults";
-    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
-        kube::Api::all(client.clone());
-    let body =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).expect("namespace");
-    namespaces
-        .create(&PostParams::default(), &body)
-        .await
-        .expect("namespace");
+    plane.prepare(&[ns]).await;
     let mut manager = Manager::start(
         &plane.kubeconfig,
         &format!("faults-{name}"),
         &["--namespace", ns],
     )
     .await;
-    wait_for("the manager to lead", Duration::from_secs(30), || async {
-        manager
-            .get("/metrics")?
-            .1
-            .contains("moonin_leader 1")
-            .then_some(())
-    })
-    .await;
+    leading(&manager).await;
 
     let load = Load::prepare(&client, ns).await;
     // The fault starts in about 5 s; one window closes a third of the way into it, the

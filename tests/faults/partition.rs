@@ -10,14 +10,14 @@ use std::{
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::{Api, api::PostParams};
+use kube::Api;
 use moonin::manager::leader::{LEASE_DURATION_SECONDS, RENEW_DEADLINE_SECONDS, RETRY_SECONDS};
 use serde_json::Value;
 
 use crate::{
     harness::{self, Manager, wait_for},
     load::Load,
-    plane::Plane,
+    plane::{Plane, leading},
     proxy::Proxy,
 };
 
@@ -66,27 +66,14 @@ async fn a_partitioned_leader_stops_writing_before_the_other_takes_over() {
     let _serial = harness::serial().await;
     let plane = Plane::up("partition").await;
     let client = plane.client.clone();
-    harness::install_crds(&client).await;
     let ns = "faults";
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let body =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).expect("namespace");
-    namespaces
-        .create(&PostParams::default(), &body)
-        .await
-        .expect("namespace");
+    plane.prepare(&[ns]).await;
 
     // A reaches the API server through the proxy, B directly. A leads.
     let proxy = Proxy::start(upstream(&plane.kubeconfig)).await;
     let a_config = through(&plane.kubeconfig, proxy.addr);
     let a = Manager::start(&a_config, "a", &["--namespace", ns]).await;
-    wait_for("A to lead", Duration::from_secs(30), || async {
-        a.get("/metrics")?
-            .1
-            .contains("moonin_leader 1")
-            .then_some(())
-    })
-    .await;
+    leading(&a).await;
     let b = Manager::start(&plane.kubeconfig, "b", &["--namespace", ns]).await;
     wait_for("B to follow, ready", Duration::from_secs(30), || async {
         let ready = b.get("/readyz")?.0 == 200;

@@ -12,7 +12,10 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
 };
 
-use crate::common;
+use crate::{
+    common,
+    harness::{Manager, wait_for},
+};
 
 /// A plane of its own, taken down when dropped.
 pub struct Plane {
@@ -82,9 +85,45 @@ impl Plane {
         self.run(&["start", component]);
     }
 
+    /// Installs Moonin's CRDs and creates the namespaces named.
+    pub async fn prepare(&self, namespaces: &[&str]) {
+        crate::harness::install_crds(&self.client).await;
+        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+            kube::Api::all(self.client.clone());
+        for ns in namespaces {
+            let body = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))
+                .expect("namespace");
+            api.create(&kube::api::PostParams::default(), &body)
+                .await
+                .expect("namespace");
+        }
+    }
+
+    /// The resident memory of the plane's processes (etcd, kube-apiserver,
+    /// kube-controller-manager, kube-scheduler, kwok), KiB: every process whose command line
+    /// names the plane's directory.
+    pub fn rss_kib(&self) -> u64 {
+        let dir = self.dir.to_string_lossy().into_owned();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return 0;
+        };
+        entries
+            .flatten()
+            .filter(|e| {
+                std::fs::read(e.path().join("cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&dir))
+            })
+            .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
+            .filter_map(|status| {
+                let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+                line.split_whitespace().nth(1)?.parse::<u64>().ok()
+            })
+            .sum()
+    }
+
     /// Waits until `/readyz` of the API server answers ok.
     pub async fn ready(&self, timeout: Duration) {
-        crate::harness::wait_for("the API server /readyz", timeout, || async {
+        wait_for("the API server /readyz", timeout, || async {
             let ok = self
                 .client
                 .request_text(
@@ -107,4 +146,17 @@ impl Drop for Plane {
             .env("MOONIN_CLUSTER_DIR", &self.dir)
             .status();
     }
+}
+
+/// Waits until `manager` leads (its `/metrics` say `moonin_leader 1`).
+pub async fn leading(manager: &Manager) {
+    let what = format!("{} to lead", manager.identity);
+    wait_for(&what, Duration::from_secs(30), || async {
+        manager
+            .get("/metrics")?
+            .1
+            .contains("moonin_leader 1")
+            .then_some(())
+    })
+    .await;
 }

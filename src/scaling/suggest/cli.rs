@@ -30,7 +30,7 @@ pub struct SuggestArgs {
     #[arg(long, value_name = "ZONE")]
     pub time_zone: Option<String>,
     /// Open windows this long before the observed rise, e.g. `15m`.
-    #[arg(long, default_value = "15m", value_parser = parse_lead)]
+    #[arg(long, default_value = "15m", value_parser = crate::cron::span_arg)]
     pub lead: SignedDuration,
     /// A rhythm is a rise seen in every period kept, and in at least this many.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=8))]
@@ -47,14 +47,6 @@ pub enum Output {
     Table,
     /// The templates as YAML, the evidence as comments.
     Yaml,
-}
-
-fn parse_lead(s: &str) -> Result<SignedDuration, String> {
-    let d: kube::core::Duration = s
-        .parse()
-        .map_err(|e| format!("{s:?} is not a duration such as 15m: {e}"))?;
-    let d = SignedDuration::try_from(std::time::Duration::from(d)).map_err(|e| e.to_string())?;
-    Ok(d)
 }
 
 /// `moonin suggest`: loads, suggests, prints.

@@ -404,6 +404,11 @@ fn cron_job_entries(s: &NamespaceSnapshot) -> Vec<CronJobEntry> {
 pub struct ReportedSignals(HashMap<(String, String), Vec<String>>);
 
 impl ReportedSignals {
+    /// Forgets the objects of namespace `ns` (deleted, or no longer inventoried).
+    pub fn forget_namespace(&mut self, ns: &str) {
+        self.0.retain(|(n, _), _| n != ns);
+    }
+
     /// Records the signals `object` has now; returns those it did not have (as last
     /// reported, else as its published entry shows), in order.
     pub fn appeared(&mut self, object: &ObjectSignals) -> Vec<String> {
@@ -489,6 +494,11 @@ impl WrittenDigests {
     }
 
     /// That part is gone.
+    /// Forgets every part of namespace `ns` (deleted, or no longer inventoried).
+    pub fn forget_namespace(&self, ns: &str) {
+        self.digests().retain(|(n, _), _| n != ns);
+    }
+
     fn forget(&self, key: &(String, i32)) {
         self.digests().remove(key);
     }

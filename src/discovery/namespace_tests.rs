@@ -160,6 +160,28 @@ fn a_signal_is_reported_when_it_appears_and_again_only_after_it_cleared() {
     );
 }
 
+#[test]
+fn a_deleted_namespace_is_forgotten_by_what_reported_and_wrote_it() {
+    let mut reported = ReportedSignals::default();
+    assert_eq!(reported.appeared(&object("web", &["A"], None)), ["A"]);
+    reported.forget_namespace("other");
+    assert!(
+        reported.appeared(&object("web", &["A"], None)).is_empty(),
+        "another namespace's"
+    );
+    reported.forget_namespace("shop");
+    // Recreated with the same object and signal: a new namespace, reported anew.
+    assert_eq!(reported.appeared(&object("web", &["A"], None)), ["A"]);
+
+    let written = WrittenDigests::default();
+    let status = NamespaceInventoryStatus::default();
+    written.written(("shop".to_string(), 0), &status);
+    written.written(("other".to_string(), 0), &status);
+    written.forget_namespace("shop");
+    assert!(!written.unchanged(&("shop".to_string(), 0), &status));
+    assert!(written.unchanged(&("other".to_string(), 0), &status));
+}
+
 fn stored(part: NamespaceInventoryStatus, i: i32, n: i32) -> Arc<NamespaceInventory> {
     let mut inv = NamespaceInventory::new(
         &inventory::part_name(i as usize),

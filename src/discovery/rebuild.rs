@@ -177,6 +177,9 @@ pub async fn rebuild(
         if !live.contains(ns) || excluded.contains(ns.as_str()) {
             progress.forget(ns);
             refusals.forget(ns);
+            reported.forget_namespace(ns);
+            written.forget_namespace(ns);
+            shared.open_slots.set(ns, std::collections::HashMap::new());
             // An excluded namespace keeps no inventory; a deleted one loses it with itself.
             if live.contains(ns)
                 && let Err(e) = namespace::delete_parts(shared, written, ns, 0).await

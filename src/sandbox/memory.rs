@@ -224,6 +224,9 @@ impl WrittenSizes {
     }
 }
 
+/// How long a first sighting is kept ([`FirstSeen::saw`]).
+pub const FIRST_SEEN_TTL: SignedDuration = SignedDuration::from_mins(10);
+
 /// When this process first saw each Pending claim, by UID. A creation time has one-second
 /// resolution: the sighting is the finer start of the claim's wait ([`pool::wait_start`]).
 #[derive(Default)]
@@ -232,9 +235,13 @@ pub struct FirstSeen {
 }
 
 impl FirstSeen {
-    /// The claim `uid` is Pending at `now`; the first sighting is kept.
+    /// The claim `uid` is Pending at `now`; the first sighting is kept. Sightings older
+    /// than [`FIRST_SEEN_TTL`] are forgotten: a claim deleted while Pending is never bound
+    /// (and a claim still waiting falls back to its creation time).
     pub fn saw(&self, uid: &str, now: Timestamp) {
-        lock(&self.seen).entry(uid.to_string()).or_insert(now);
+        let mut seen = lock(&self.seen);
+        seen.retain(|_, at| now.duration_since(*at) < FIRST_SEEN_TTL);
+        seen.entry(uid.to_string()).or_insert(now);
     }
 
     /// The first sighting of the claim `uid`, forgotten: the claim is being bound.
@@ -457,6 +464,14 @@ mod tests {
         f.saw("u", t(20));
         assert_eq!(f.take("u"), Some(t(10)));
         assert_eq!(f.take("u"), None);
+        // A claim deleted while Pending is never taken: forgotten once it is old.
+        f.saw("gone", t(100));
+        f.saw("other", t(100 + FIRST_SEEN_TTL.as_secs() - 1));
+        assert_eq!(f.take("gone"), Some(t(100)), "kept within the TTL");
+        f.saw("gone", t(100));
+        f.saw("late", t(100 + FIRST_SEEN_TTL.as_secs()));
+        assert_eq!(f.take("gone"), None, "forgotten after it");
+        assert!(f.take("other").is_some());
     }
 
     #[test]

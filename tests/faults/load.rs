@@ -258,7 +258,23 @@ impl Load {
         }
         let d = deployments.get("closes").await.map_err(get)?;
         if replicas(&d) != Some(1) {
-            return Err(format!("closes: {:?} replicas (want 1)", replicas(&d)));
+            // What the restore waits on, for a failure to say.
+            let template = Api::<ScalingTemplate>::namespaced(self.client.clone(), &self.ns)
+                .get("closing")
+                .await
+                .map_err(get)?;
+            let actions = template.status.map(|s| s.actions).unwrap_or_default();
+            return Err(format!(
+                "closes: {:?} replicas (want 1); its marks {:?}; HPA generation {:?}, observed {:?}; template closing: {:?}",
+                replicas(&d),
+                moonin_marks(d.annotations()),
+                closes.metadata.generation,
+                closes.status.as_ref().and_then(|s| s.observed_generation),
+                actions
+                    .iter()
+                    .map(|a| (&a.state, &a.message))
+                    .collect::<Vec<_>>(),
+            ));
         }
         for (what, marks) in [
             ("HPA closes", moonin_marks(closes.annotations())),

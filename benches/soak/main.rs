@@ -1,5 +1,5 @@
-//! Soak: a manager running every controller under mixed churn for a long while (30 minutes
-//! by default) — a window opening every minute over Deployments with HPAs, claims at a steady
+//! Soak: a manager running every controller under mixed churn for a long while (40 minutes
+//! by default, the first 10 a warm-up while bounded state fills) — a window opening every minute over Deployments with HPAs, claims at a steady
 //! rate and released again, an image change every 10 s, a namespace created and an older one
 //! deleted every 30 s — with its RSS, open sockets, request rate and reconcile errors sampled
 //! every 10 s into a table. No fault is injected, so every reconcile error is unexplained.
@@ -64,8 +64,8 @@ struct Params {
 impl Params {
     fn from_env() -> Result<Self, String> {
         Ok(Self {
-            minutes: positive("MOONIN_BENCH_MINUTES", 30)?,
-            warmup_minutes: positive("MOONIN_BENCH_WARMUP_MINUTES", 3)?,
+            minutes: positive("MOONIN_BENCH_MINUTES", 40)?,
+            warmup_minutes: positive("MOONIN_BENCH_WARMUP_MINUTES", 10)?,
             sample_secs: positive("MOONIN_BENCH_SAMPLE_SECS", 10)?,
             deployments: positive("MOONIN_BENCH_DEPLOYMENTS", 20)? as usize,
             claims_per_minute: positive("MOONIN_BENCH_CLAIMS_PER_MINUTE", 30)?,

@@ -51,28 +51,19 @@ pub fn render_table(report: &Report) -> String {
         out.push_str(padded.join("   ").trim_end());
         out.push('\n');
     }
-    let first = report
+    // The clusters that did not answer: their name under CLUSTER, then why.
+    let column = report
         .columns
         .iter()
         .position(|c| c.1 == "cluster")
-        .map_or(0, |i| widths[..i].iter().map(|w| w + 3).sum::<usize>());
+        .unwrap_or(0);
+    let indent: usize = widths[..column].iter().map(|w| w + 3).sum();
+    let width = widths[column];
     for r in report.clusters.iter().filter(|r| r.error.is_some()) {
-        let width = widths
-            .get(
-                report
-                    .columns
-                    .iter()
-                    .position(|c| c.1 == "cluster")
-                    .unwrap_or(0),
-            )
-            .copied()
-            .unwrap_or(0);
+        let why = r.error.as_deref().unwrap_or_default();
         out.push_str(&format!(
-            "{:first$}{:<width$}   {}: {}\n",
-            "",
-            r.cluster,
-            r.state,
-            r.error.as_deref().unwrap_or_default()
+            "{:indent$}{:<width$}   {}: {why}\n",
+            "", r.cluster, r.state
         ));
     }
     out

@@ -197,7 +197,7 @@ pub fn pool_counts(pool: &SandboxPool, now: Timestamp) -> PoolCounts {
             i64::from(status.idle_replicas),
             i64::from(status.claimed_replicas),
         ],
-        saturated: scaling.saturated_until.is_some_and(|t| t.0 > now),
+        saturated: i64::from(scaling.saturated_until.is_some_and(|t| t.0 > now)),
     }
 }
 
@@ -208,7 +208,8 @@ pub struct PoolCounts {
     pub name: String,
     /// desired, ready, idle, claimed (as [`POOL_STATES`]).
     pub replicas: [i64; 4],
-    pub saturated: bool,
+    /// Saturated pools it stands for: 0 or 1 (for `_other`, how many of those it sums).
+    pub saturated: i64,
 }
 
 /// The pools' facts: the first [`MAX_POOLS`] by namespace and name one by one, the rest
@@ -221,22 +222,16 @@ pub fn pool_facts(mut pools: Vec<PoolCounts>) -> Vec<Fact> {
             namespace: String::new(),
             name: "_other".into(),
             replicas: [0; 4],
-            saturated: false,
+            saturated: 0,
         };
         for p in &rest {
             for (sum, n) in other.replicas.iter_mut().zip(p.replicas) {
                 *sum += n;
             }
+            other.saturated += p.saturated;
         }
-        // How many of the others are saturated.
-        let saturated = rest.iter().filter(|p| p.saturated).count();
         pools.push(other);
-        return with_saturation(pools, Some(i64::try_from(saturated).unwrap_or(i64::MAX)));
     }
-    with_saturation(pools, None)
-}
-
-fn with_saturation(pools: Vec<PoolCounts>, other_saturated: Option<i64>) -> Vec<Fact> {
     let mut out = Vec::new();
     for p in pools {
         let at = || vec![("namespace", p.namespace.clone()), ("pool", p.name.clone())];
@@ -245,11 +240,7 @@ fn with_saturation(pools: Vec<PoolCounts>, other_saturated: Option<i64>) -> Vec<
             labels.push(("state", (*state).to_string()));
             out.push(Fact::new(Series::PoolReplicas, labels, n));
         }
-        let saturated = match (&other_saturated, p.name.as_str()) {
-            (Some(n), "_other") => *n,
-            _ => i64::from(p.saturated),
-        };
-        out.push(Fact::new(Series::PoolSaturated, at(), saturated));
+        out.push(Fact::new(Series::PoolSaturated, at(), p.saturated));
     }
     out
 }
@@ -263,7 +254,7 @@ mod tests {
             namespace: ns.into(),
             name: name.into(),
             replicas: [ready, ready, 1, 0],
-            saturated,
+            saturated: i64::from(saturated),
         }
     }
 

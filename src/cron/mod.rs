@@ -17,3 +17,17 @@ pub fn span_arg(s: &str) -> Result<jiff::SignedDuration, String> {
         .map_err(|e| format!("{s:?} is not a duration such as 15m or 1h: {e}"))?;
     jiff::SignedDuration::try_from(std::time::Duration::from(d)).map_err(|e| e.to_string())
 }
+
+/// The 2026 daylight-saving changes the property tests draw their clocks around, as
+/// (zone, instant of the change): spring and autumn in Berlin and New York, Lord Howe's
+/// half-hour changes and Santiago's autumn (a repeated hour south of the equator).
+#[cfg(test)]
+pub(crate) const DST_CHANGES_2026: [(&str, &str); 7] = [
+    ("Europe/Berlin", "2026-03-29T01:00:00Z"),
+    ("Europe/Berlin", "2026-10-25T01:00:00Z"),
+    ("America/New_York", "2026-03-08T07:00:00Z"),
+    ("America/New_York", "2026-11-01T06:00:00Z"),
+    ("Australia/Lord_Howe", "2026-04-04T15:00:00Z"),
+    ("Australia/Lord_Howe", "2026-10-03T15:30:00Z"),
+    ("America/Santiago", "2026-04-05T03:00:00Z"),
+];

@@ -204,25 +204,33 @@ fn held(identity: &str, previous: Option<Lease>, now: Timestamp) -> Lease {
     lease
 }
 
+/// The Lease's writes, under the manager's field manager.
+fn params() -> PostParams {
+    PostParams {
+        field_manager: Some(field_manager::MANAGER.to_string()),
+        ..PostParams::default()
+    }
+}
+
 /// One attempt: read the Lease, and take, renew or leave it. `Ok(true)` when we hold it now.
 async fn attempt(api: &Api<Lease>, candidate: &mut Candidate) -> kube::Result<bool> {
     let lease = api.get_opt(LEASE_NAME).await?;
-    let pp = PostParams {
-        field_manager: Some(field_manager::MANAGER.to_string()),
-        ..PostParams::default()
-    };
     let next = candidate.next(lease.as_ref().and_then(|l| l.spec.as_ref()), Instant::now());
     let identity = candidate.identity.clone();
     let written = match next {
         Next::Follow => return Ok(false),
         Next::Create => {
-            api.create(&pp, &held(&identity, None, Timestamp::now()))
+            api.create(&params(), &held(&identity, None, Timestamp::now()))
                 .await
         }
         // A replace carries the resourceVersion read: of two takers, one gets a conflict.
         Next::Take | Next::Renew => {
-            api.replace(LEASE_NAME, &pp, &held(&identity, lease, Timestamp::now()))
-                .await
+            api.replace(
+                LEASE_NAME,
+                &params(),
+                &held(&identity, lease, Timestamp::now()),
+            )
+            .await
         }
     };
     match written {
@@ -246,11 +254,7 @@ async fn release(api: &Api<Lease>, identity: &str) -> kube::Result<bool> {
     spec.holder_identity = None;
     spec.lease_duration_seconds = Some(1);
     spec.renew_time = Some(MicroTime(Timestamp::now()));
-    let pp = PostParams {
-        field_manager: Some(field_manager::MANAGER.to_string()),
-        ..PostParams::default()
-    };
-    api.replace(&lease.name_any(), &pp, &lease)
+    api.replace(&lease.name_any(), &params(), &lease)
         .await
         .map(|_| true)
 }

@@ -186,18 +186,28 @@ pub fn template_facts<'a>(
 /// A SandboxPool's counts, as its status says: wanted (the autoscaler's desired size, else
 /// the spec), ready, idle, claimed, and whether it is saturated at `now`.
 pub fn pool_counts(pool: &SandboxPool, now: Timestamp) -> PoolCounts {
-    let status = pool.status.clone().unwrap_or_default();
-    let scaling = status.auto_scaling.unwrap_or_default();
+    let status = pool.status.as_ref();
+    let scaling = status.and_then(|s| s.auto_scaling.as_ref());
+    let count =
+        |f: fn(&crate::api::sandbox::SandboxPoolStatus) -> i32| i64::from(status.map_or(0, f));
     PoolCounts {
         namespace: pool.metadata.namespace.clone().unwrap_or_default(),
         name: pool.metadata.name.clone().unwrap_or_default(),
         replicas: [
-            i64::from(scaling.desired_replicas.unwrap_or(pool.spec.replicas)),
-            i64::from(status.ready_replicas),
-            i64::from(status.idle_replicas),
-            i64::from(status.claimed_replicas),
+            i64::from(
+                scaling
+                    .and_then(|a| a.desired_replicas)
+                    .unwrap_or(pool.spec.replicas),
+            ),
+            count(|s| s.ready_replicas),
+            count(|s| s.idle_replicas),
+            count(|s| s.claimed_replicas),
         ],
-        saturated: i64::from(scaling.saturated_until.is_some_and(|t| t.0 > now)),
+        saturated: i64::from(
+            scaling
+                .and_then(|a| a.saturated_until.as_ref())
+                .is_some_and(|t| t.0 > now),
+        ),
     }
 }
 

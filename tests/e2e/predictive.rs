@@ -12,7 +12,7 @@ use kube::{
 use moonin::api::sandbox::{SandboxClaim, SandboxEnv};
 use serde_json::{Value, json};
 
-use crate::harness::wait_for;
+use crate::harness::{wait_for, wait_showing};
 use crate::require_cluster;
 use crate::sandbox::{autoscaled_env, claim, idle_is, pods, pool_spec_replicas, pool_status};
 use crate::scaling::Rig;
@@ -62,6 +62,42 @@ async fn bound(rig: &Rig) -> usize {
         .count()
 }
 
+/// Waits until the Pool's status satisfies `ok`; a timeout shows the last status.
+async fn pool_becomes(rig: &Rig, what: &str, timeout: Duration, ok: impl Fn(&Value) -> bool) {
+    wait_showing(what, timeout, || async {
+        let s = pool_status(rig, POOL).await;
+        if ok(&s) {
+            return Ok(());
+        }
+        // Each Pod's Moonin labels and annotations: what the counts are made of.
+        let moonin = |m: Option<&std::collections::BTreeMap<String, String>>| {
+            m.into_iter()
+                .flatten()
+                .filter(|(k, _)| k.starts_with("moonin.io/"))
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let pods: Vec<String> = pods(rig)
+            .await
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} [{}] [{}]",
+                    p.metadata.name.as_deref().unwrap_or_default(),
+                    moonin(p.metadata.labels.as_ref()),
+                    moonin(p.metadata.annotations.as_ref()),
+                )
+            })
+            .collect();
+        Err(format!(
+            "the Pool's status {s:#}\nits Pods:\n{}",
+            pods.join("\n")
+        ))
+    })
+    .await;
+}
+
 async fn release_all(rig: &Rig) {
     let claims: Api<SandboxClaim> = Api::namespaced(rig.client.clone(), rig.ns());
     claims
@@ -105,52 +141,75 @@ async fn a_pool_grows_ahead_of_a_burst_its_history_predicts() {
         (bound(&rig).await == BURST).then_some(())
     })
     .await;
+    eprintln!("{:.1} s after the burst: bound", unix_secs() - first);
     release_all(&rig).await;
     // Slot 1 closes: its count is the history's expectation for it.
-    wait_for("slot 1 learnt", Duration::from_secs(30), || async {
-        let s = pool_status(&rig, POOL).await;
-        (s["claimHistory"]["expected"][1] == json!(BURST * 100)).then_some(())
+    pool_becomes(&rig, "slot 1 learnt", Duration::from_secs(30), |s| {
+        s["claimHistory"]["expected"][1] == json!(BURST * 100)
     })
     .await;
-    // A new process predicts from the history in the status, not from memory.
-    rig.kill();
-    rig.start().await;
+    eprintln!(
+        "{:.1} s after the burst: slot 1 learnt",
+        unix_secs() - first
+    );
     // The idle Pods time out and the Pool goes back to its minimum before period 2.
-    wait_for(
+    let second = first + PERIOD as f64;
+    pool_becomes(
+        &rig,
         "the pool back at its minimum",
-        Duration::from_secs(40),
-        || async {
-            (pool_spec_replicas(&rig, POOL).await == Some(1) && pods(&rig).await.len() == 1)
-                .then_some(())
-        },
+        Duration::from_secs_f64((second - SLOT as f64 - unix_secs()).max(1.0)),
+        |s| s["replicas"] == json!(1) && s["idleReplicas"] == json!(1),
     )
     .await;
-    let second = first + PERIOD as f64;
+    wait_for("one Pod", Duration::from_secs(20), || async {
+        (pods(&rig).await.len() == 1).then_some(())
+    })
+    .await;
+    // A new process predicts from the history in the status, not from memory. (Killed
+    // only now: killed between the marks of a scale-down and the status naming them, the
+    // next process would rightly keep those Pods for the marks' minute.)
+    rig.kill();
+    rig.start().await;
+    eprintln!(
+        "{:.1} s after the burst: at the minimum, restarted",
+        unix_secs() - first
+    );
     assert!(
         unix_secs() < second - SLOT as f64 / 2.0,
         "the scale-down took too long to leave room for the prediction"
     );
 
     // Period 2: the Pool grows before the burst is sent.
-    let grown = wait_for(
+    // The decision is the autoscaler's: taken one Pod start time (the lead) ahead of the
+    // burst, as its status records (whole seconds, so earlier than the burst exactly when
+    // the decision was). When those Pods are Ready is the cluster's, waited for after it.
+    let (events, s) = wait_for(
         "a predictive scale-up",
-        Duration::from_secs_f64((second - unix_secs()).max(1.0)),
+        Duration::from_secs_f64((second + 10.0 - unix_secs()).max(1.0)),
         || async {
             let events = rig.events(POOL, "PredictedScaleUp").await;
             let s = pool_status(&rig, POOL).await;
-            (!events.is_empty() && s["idleReplicas"].as_i64().unwrap_or(0) >= 4).then_some((
-                events,
-                s,
-                unix_secs(),
-            ))
+            let asked = pool_spec_replicas(&rig, POOL).await.unwrap_or(0);
+            (!events.is_empty() && asked >= 4).then_some((events, s))
         },
     )
     .await;
-    let (events, s, seen_at) = grown;
+    let decided_at = s["autoScaling"]["lastScaleUpTime"]
+        .as_str()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .map_or(f64::INFINITY, |t| t.as_second() as f64);
     assert!(
-        seen_at < second,
-        "grown {:.1} s before the burst",
-        second - seen_at
+        decided_at < second,
+        "decided at {decided_at}, not before the burst due at {second}: {s}"
+    );
+    pool_becomes(&rig, "4 idle Pods", Duration::from_secs(30), |s| {
+        s["idleReplicas"].as_i64().unwrap_or(0) >= 4
+    })
+    .await;
+    eprintln!(
+        "grown at {:+.0} s (whole seconds) of the burst, 4 idle {:.1} s before it",
+        decided_at - second,
+        second - unix_secs()
     );
     let prediction: &Value = &s["autoScaling"]["prediction"];
     assert_eq!(prediction["expectedClaims"], json!(BURST), "{s}");

@@ -13,7 +13,7 @@ use kube::{
 use moonin::api::scaling::{ClusterScalingTemplate, ScalingTemplate, keys};
 use serde_json::{Value, json};
 
-use crate::harness::{self, Manager, TestNamespace, install_crds, wait_for};
+use crate::harness::{self, Manager, TestNamespace, install_crds, wait_for, wait_showing};
 use crate::require_cluster;
 
 /// A running manager and the namespace it was granted RBAC in.
@@ -662,27 +662,82 @@ async fn hpa_is(
     max: i32,
     marked: bool,
 ) -> HorizontalPodAutoscaler {
-    wait_for(
+    wait_showing(
         &format!("HPA {name} at min {min} max {max} (marked: {marked})"),
         Duration::from_secs(40),
         || async {
-            let h = rig.hpas().get(name).await.ok()?;
-            (h.spec.min_replicas == Some(min)
+            let h = rig.hpas().get(name).await.map_err(|e| e.to_string())?;
+            if h.spec.min_replicas == Some(min)
                 && h.spec.max_replicas == max
-                && annotations(&h.metadata).is_empty() != marked)
-                .then_some(h)
+                && annotations(&h.metadata).is_empty() != marked
+            {
+                Ok(h)
+            } else {
+                Err(format!(
+                    "min {:?} max {} annotations {:?}; {}",
+                    h.spec.min_replicas,
+                    h.spec.max_replicas,
+                    h.metadata.annotations,
+                    template_states(rig).await
+                ))
+            }
         },
     )
     .await
 }
 
 async fn replicas_are(rig: &Rig, name: &str, n: i32) {
-    wait_for(
+    wait_showing(
         &format!("{name} at {n} replicas"),
         Duration::from_secs(40),
-        || async { (rig.replicas(name).await? == n).then_some(()) },
+        || async {
+            let d = rig
+                .deployments()
+                .get(name)
+                .await
+                .map_err(|e| e.to_string())?;
+            let replicas = d.spec.as_ref().and_then(|s| s.replicas);
+            if replicas == Some(n) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{replicas:?} replicas, annotations {:?}; {}",
+                    d.metadata.annotations,
+                    template_states(rig).await
+                ))
+            }
+        },
     )
     .await;
+}
+
+/// Every template of the namespace with its actions' states and messages, for a failure
+/// to say what the controller reported.
+async fn template_states(rig: &Rig) -> String {
+    let Ok(list) = rig.templates().list(&Default::default()).await else {
+        return "templates not listed".to_string();
+    };
+    let states: Vec<String> = list
+        .items
+        .iter()
+        .map(|t| {
+            let actions: Vec<String> = t
+                .status
+                .iter()
+                .flat_map(|s| &s.actions)
+                .map(|a| {
+                    format!(
+                        "{}: {} ({})",
+                        a.name,
+                        a.state,
+                        a.message.as_deref().unwrap_or("")
+                    )
+                })
+                .collect();
+            format!("{} [{}]", t.name_any(), actions.join("; "))
+        })
+        .collect();
+    format!("templates: {}", states.join(", "))
 }
 
 #[tokio::test]

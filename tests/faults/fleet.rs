@@ -13,7 +13,6 @@ use std::{
 
 use k8s_openapi::api::{
     apps::v1::Deployment,
-    core::v1::Namespace,
     rbac::v1::{ClusterRole, ClusterRoleBinding},
 };
 use kube::{
@@ -203,13 +202,8 @@ async fn one_view_over_two_planes_and_a_stopped_one_says_so() {
 /// role.
 async fn seed(plane: &Plane, s: &Samples) -> Manager {
     let client = &plane.client;
-    harness::install_crds(client).await;
+    plane.prepare(&["shop", "sandboxes"]).await;
     let pp = PostParams::default();
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    for ns in ["shop", "sandboxes"] {
-        let body = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
-        namespaces.create(&pp, &body).await.expect("namespace");
-    }
     let rbac =
         std::fs::read_to_string(common::root().join("config/rbac-fleet/fleet_viewer_role.yaml"))
             .expect("config/rbac-fleet");

@@ -52,8 +52,18 @@ pub async fn resize(
     {
         match write_size(ctx, pool, decision.desired_replicas, now).await {
             Ok(written) => written,
-            Err(e) if is_conflict(&e) => return Ok(None),
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                // Without the size (and the status naming the session), the marks would
+                // hold their Pods back from claims until they expire.
+                let placed: Vec<&str> =
+                    decision.marks.iter().map(|m| m.pod.name.as_str()).collect();
+                take_back(ctx, &pods, &placed, views).await;
+                return if is_conflict(&e) {
+                    Ok(None)
+                } else {
+                    Err(e.into())
+                };
+            }
         }
     } else {
         (pool.spec.replicas, pool.resource_version())
@@ -92,29 +102,47 @@ async fn set_mark(
 }
 
 /// Step 1, the marks: all or none. When one is refused (the Pod changed, usually a claim
-/// won the race), the marks this decision placed are removed. Whether all were placed.
+/// won the race), the marks this decision placed are taken back. Whether all were placed.
 async fn mark(ctx: &Shared, api: &Api<Pod>, decision: &Decision, views: &mut [PodView]) -> bool {
-    let mut placed: Vec<(String, String)> = Vec::new();
+    let mut placed: Vec<&str> = Vec::new();
     for m in &decision.marks {
         let value = Some(m.mark.to_annotation());
         match set_mark(ctx, api, &m.pod.name, &m.pod.resource_version, value).await {
-            Ok(rv) => placed.push((m.pod.name.clone(), rv)),
+            Ok(rv) => {
+                if let Some(v) = views.iter_mut().find(|v| v.name == m.pod.name) {
+                    v.marked = true;
+                    v.resource_version = rv;
+                }
+                placed.push(&m.pod.name);
+            }
             Err(e) => {
                 tracing::debug!(pod = %m.pod.name, error = %brief(&e), "mark refused; undoing this decision's marks");
-                for (pod, rv) in &placed {
-                    let _ = set_mark(ctx, api, pod, rv, None).await;
-                }
+                take_back(ctx, api, &placed, views).await;
                 return false;
             }
         }
     }
-    for (pod, rv) in placed {
-        if let Some(v) = views.iter_mut().find(|v| v.name == pod) {
-            v.marked = true;
-            v.resource_version = rv;
+    true
+}
+
+/// Removes the marks of `placed` this decision wrote. Marks whose decision no status
+/// names keep their Pods from claims until they expire, so a decision that cannot be
+/// carried through takes its marks back (one that cannot be taken back still expires).
+async fn take_back(ctx: &Shared, api: &Api<Pod>, placed: &[&str], views: &mut [PodView]) {
+    for v in views
+        .iter_mut()
+        .filter(|v| placed.contains(&v.name.as_str()))
+    {
+        match set_mark(ctx, api, &v.name, &v.resource_version, None).await {
+            Ok(rv) => {
+                v.marked = false;
+                v.resource_version = rv;
+            }
+            Err(e) => {
+                tracing::debug!(pod = %v.name, error = %brief(&e), "mark not taken back; it expires");
+            }
         }
     }
-    true
 }
 
 /// Step 1, the unmarks. A refused one is left (the Pod is gone, or the next decision sees

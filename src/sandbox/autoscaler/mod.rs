@@ -16,7 +16,9 @@
 //!    (the Pod is gone, or the next decision sees it again).
 //! 2. write `spec.replicas` = [`Decision::desired_replicas`] (server-side apply, field
 //!    manager `moonin-sandbox-autoscaler`, guarded by the Pool's `resourceVersion`), when
-//!    it changed;
+//!    it changed. If it fails (a conflict when the Pool changed since Load), remove the
+//!    marks of step 1 (no status would name their decision, so they would keep their
+//!    Pods from claims until they expire), write nothing else and requeue at once;
 //! 3. delete the Pods the open session marked (the second phase of a scale-down), each
 //!    with a UID + `resourceVersion` precondition, never a claimed Pod; a refused delete is
 //!    retried soon;

@@ -3027,16 +3027,6 @@ proptest! {
     }
 }
 
-/// Instants near 2026's daylight-saving changes (Berlin, New York, Lord Howe's half hour).
-const DST_EDGES: [&str; 6] = [
-    "2026-03-29T01:00:00Z",
-    "2026-10-25T01:00:00Z",
-    "2026-03-08T07:00:00Z",
-    "2026-11-01T06:00:00Z",
-    "2026-04-04T15:00:00Z",
-    "2026-10-03T15:30:00Z",
-];
-
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 1024,
@@ -3063,7 +3053,7 @@ proptest! {
         duration in prop_oneof![Just("1m"), Just("59m"), Just("90m"), Just("10h"), Just("24h"), Just("169h")],
         manual in prop::option::of((-600i64..600, prop::option::of(Just("45m")))),
         suspend in any::<bool>(),
-        edge in 0..DST_EDGES.len(),
+        edge in 0..crate::cron::DST_CHANGES_2026.len(),
         offset in -360i64..360,
         min in 1..15i32,
         extra in 0..20i32,
@@ -3078,7 +3068,7 @@ proptest! {
             min, extra, replicas, carrier, cmin, cmax, carrier_who, dep_who,
             (None, None, None), false, None, Moment::Active,
         );
-        let at_ = ts(DST_EDGES[edge]) + mins(offset);
+        let at_ = ts(crate::cron::DST_CHANGES_2026[edge].1) + mins(offset);
         s.template.window = WindowSpec {
             suspend,
             schedule: schedule.to_string(),

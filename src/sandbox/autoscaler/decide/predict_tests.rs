@@ -317,17 +317,6 @@ fn an_unknown_time_zone_is_said_once() {
     assert!(decide(&s, now()).events.is_empty());
 }
 
-/// Instants of 2026's daylight-saving changes: Berlin and New York (both ways), Lord Howe
-/// (half an hour), Santiago (southern hemisphere).
-const DST_CHANGES: [(&str, &str); 6] = [
-    ("Europe/Berlin", "2026-03-29T01:00:00Z"),
-    ("Europe/Berlin", "2026-10-25T01:00:00Z"),
-    ("America/New_York", "2026-11-01T06:00:00Z"),
-    ("Australia/Lord_Howe", "2026-04-04T15:00:00Z"),
-    ("Australia/Lord_Howe", "2026-10-03T15:30:00Z"),
-    ("America/Santiago", "2026-04-05T03:00:00Z"),
-];
-
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig {
         cases: 96,
@@ -342,14 +331,14 @@ proptest::proptest! {
     /// it, every decision asks to be woken later, and no more often than the slots need.
     #[test]
     fn claims_are_counted_once_across_daylight_saving_changes(
-        change in 0..DST_CHANGES.len(),
+        change in 0..crate::cron::DST_CHANGES_2026.len(),
         slot in proptest::sample::select(vec![60i32, 300, 900, 1800, 3600, 5400]),
         period in proptest::sample::select(vec![86_400i32, 604_800]),
         start in -10_800i64..-3_600,
         steps in proptest::collection::vec(1i64..5400, 1..64),
         claims in proptest::collection::vec(0i64..18_000, 0..120),
     ) {
-        let (zone, instant) = DST_CHANGES[change];
+        let (zone, instant) = crate::cron::DST_CHANGES_2026[change];
         let policy = PredictivePolicy {
             time_zone: Some(zone.into()),
             slot_seconds: slot,

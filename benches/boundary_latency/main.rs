@@ -17,8 +17,9 @@
 //!
 //! `MOONIN_BENCH_INVALID=N` creates N templates the controller must refuse (an unknown time
 //! zone, a schedule the cron parser refuses, a missing target, in turn) beside the measured
-//! ones, before the manager starts, which then refuses them all before the window opens (give
-//! it the time: `MOONIN_BENCH_SETUP_SECS`); the report says how many carry their reason.
+//! ones, before the manager starts, which must reconcile them all before the window opens
+//! (give it the time: `MOONIN_BENCH_SETUP_SECS`); the report says how many carry their
+//! reason once the open edge settled (a missing target is reported when its window opens).
 //!
 //! Without `--bench` (how `cargo test --all-targets` runs it) it only says how to run it.
 

@@ -136,8 +136,18 @@ pub async fn measure(
 
     // 3. The manager; 4. and 5. the window opens and closes.
     let startup = start_manager(client, p, seat, &t, open, manager_slot).await?;
-    let refused = refusals(&t, p, open).await;
-    let window = run_window(&t, &names, identity, &startup, open, close).await?;
+    // A missing target is reported once the window opens: the reasons are counted then.
+    let window = run_window(
+        &t,
+        &names,
+        identity,
+        &startup,
+        open,
+        close,
+        refusals(&t, p, open),
+    )
+    .await?;
+    let refused = window.refused;
 
     // 6. What is left.
     let left = leftovers(&t).await?;

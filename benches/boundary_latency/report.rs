@@ -66,6 +66,8 @@ pub struct Window {
     pub peak: process::Usage,
     /// Load and competing processes at each checkpoint.
     pub machine: Vec<(String, String)>,
+    /// How many refused templates carried their reason once the window opened.
+    pub refused: Option<usize>,
 }
 
 /// What is left after the close.
@@ -524,7 +526,7 @@ impl Report {
         );
         if let Some(refused) = self.refused {
             println!(
-                "- templates the controller must refuse: {refused} of {} carried their reason (Ready=False: UnknownTimeZone, InvalidSchedule, TargetNotFound) before the window opened; with the valid ones Idle and the manager quiet {:.1} s after it started",
+                "- templates the controller must refuse: {refused} of {} carried their reason (Ready=False: UnknownTimeZone, InvalidSchedule, and TargetNotFound, which a missing target gets once the window opens) when the open edge settled; every template reconciled and the manager quiet {:.1} s after it started",
                 p.invalid, self.startup.secs
             );
         }

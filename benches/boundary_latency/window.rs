@@ -98,7 +98,7 @@ async fn templates_idle(
     p: &Params,
     deadline: Instant,
 ) -> Result<Scrape, String> {
-    // The measured templates Idle; those it must refuse (`MOONIN_BENCH_INVALID`) refused.
+    // The measured templates Idle; those it must refuse (`MOONIN_BENCH_INVALID`) reconciled.
     let idle = |list: &[ScalingTemplate]| {
         let phase = |t: &ScalingTemplate| t.status.as_ref().and_then(|s| s.phase.clone());
         let (refused, measured): (Vec<_>, Vec<_>) = list.iter().partition(|t| {
@@ -114,10 +114,12 @@ async fn templates_idle(
                     && phase(t).as_deref() == Some("Idle")
             })
             && refused.iter().all(|t| {
+                // Reconciled; a refused spec says so at once, a missing target only once
+                // a window opens (it may yet be created).
                 t.status.as_ref().is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "Ready" && c.status == "False")
+                    s.conditions.iter().any(|c| {
+                        c.type_ == "Ready" && (c.status == "False" || c.reason == "Reconciled")
+                    })
                 })
             })
     };
@@ -153,6 +155,7 @@ pub async fn run_window(
     startup: &Startup,
     open: Timestamp,
     close: Timestamp,
+    while_open: impl std::future::Future<Output = Option<usize>>,
 ) -> Result<Window, String> {
     let all = |pick: fn(&Edges) -> Option<Timestamp>| {
         move |s: &Seen| {
@@ -172,6 +175,7 @@ pub async fn run_window(
     let (open_boundary, idle) = edge
         .wait_out("open", open, 50, all(|e| e.open), &mut machine)
         .await?;
+    let refused = while_open.await;
     let (close_boundary, _) = edge
         .wait_out("close", close, 60, all(|e| e.close), &mut machine)
         .await?;
@@ -184,6 +188,7 @@ pub async fn run_window(
         idle,
         peak: process::usage(startup.pid),
         machine,
+        refused,
     })
 }
 

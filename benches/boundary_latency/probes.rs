@@ -210,9 +210,21 @@ pub async fn moonin_events(client: &Client, ns: &str) -> (usize, i64, BTreeMap<S
 pub async fn cleanup(client: &Client, ns: &str, manager_running: bool) {
     let templates: Api<ScalingTemplate> = Api::namespaced(client.clone(), ns);
     let started = Instant::now();
-    let _ = templates
-        .delete_collection(&DeleteParams::default(), &ListParams::default())
-        .await;
+    // One deletecollection may stop part way (the API server gives it a minute): asked
+    // again until every template is being deleted.
+    for _ in 0..10 {
+        let _ = templates
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await;
+        let list = templates.list(&ListParams::default()).await;
+        if list.is_ok_and(|l| {
+            l.items
+                .iter()
+                .all(|t| t.metadata.deletion_timestamp.is_some())
+        }) {
+            break;
+        }
+    }
     let gone = if manager_running {
         wait::until_none_left(
             "the templates to be deleted",
@@ -240,6 +252,9 @@ pub async fn cleanup(client: &Client, ns: &str, manager_running: bool) {
                             &PatchParams::default(),
                             &Patch::Merge(json!({"metadata": {"finalizers": null}})),
                         )
+                        .await;
+                    let _ = templates
+                        .delete(&t.name_any(), &DeleteParams::default())
                         .await;
                 }
             }

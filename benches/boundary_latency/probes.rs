@@ -7,11 +7,15 @@ use std::{
 };
 
 use futures::{StreamExt, stream};
+use jiff::Timestamp;
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
-use moonin::api::scaling::ScalingTemplate;
+use moonin::{
+    api::scaling::ScalingTemplate,
+    scaling::load::{last_writes, observation_wait},
+};
 use serde_json::json;
 
 use crate::{
@@ -67,13 +71,12 @@ async fn send_close(
     let (carrier, deployment, pp) = (&carrier, &deployment, &pp);
     timed(names, |name, start| async move {
         let mut out = Vec::new();
-        let generation = match t.carrier {
-            Carrier::Hpa => t
-                .hpas
-                .patch(name, pp, carrier)
-                .await
-                .ok()
-                .map(|h| h.metadata.generation),
+        let written = match t.carrier {
+            Carrier::Hpa => t.hpas.patch(name, pp, carrier).await.ok().map(|h| {
+                // The Deployment is at the window's minimum as the restore begins.
+                let wait = observation_wait(&h, Some(crate::ACTION_MIN));
+                last_writes(&h.metadata).0.zip(Some(wait))
+            }),
             Carrier::ScaledObject => t
                 .scaled_objects
                 .patch(name, pp, carrier)
@@ -81,18 +84,24 @@ async fn send_close(
                 .ok()
                 .map(|_| None),
         };
-        let Some(generation) = generation else {
+        let Some(written) = written else {
             return out;
         };
         out.push(ms_since(start));
-        if let Some(g) = generation {
+        if let Some((w, cap)) = written {
+            // Moonin's wait: a status write after the bounds, or the cap from the write
+            // (`managedFields` times are whole seconds).
+            let left = (w + cap).duration_since(Timestamp::now());
             let _ = wait::until(
                 "the HPA controller to act on the restored bounds",
-                Instant::now() + Duration::from_secs(30),
+                Instant::now() + Duration::try_from(left).unwrap_or_default(),
                 Duration::from_millis(20),
                 || async {
                     let s = t.seen.lock().expect("seen");
-                    s.observed.get(name).is_some_and(|o| *o >= g).then_some(())
+                    s.observed
+                        .get(name)
+                        .is_some_and(|(spec, after)| *after && spec.is_some_and(|s| s >= w))
+                        .then_some(())
                 },
             )
             .await;

@@ -9,9 +9,12 @@ use std::{
 use jiff::Timestamp;
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
 use kube::{Api, ResourceExt, runtime::watcher};
-use moonin::api::{
-    keda::ScaledObject,
-    scaling::{ScalingTemplate, keys},
+use moonin::{
+    api::{
+        keda::ScaledObject,
+        scaling::{ScalingTemplate, keys},
+    },
+    scaling::load::{last_writes, status_after_spec},
 };
 
 use crate::{
@@ -68,8 +71,9 @@ pub struct Seen {
     pub hpas: HashMap<String, Edges>,
     pub deployments: HashMap<String, Edges>,
     pub available: HashMap<String, i32>,
-    /// Per HPA, the generation its controller has acted on (`status.observedGeneration`).
-    pub observed: HashMap<String, i64>,
+    /// Per HPA, the time of the last write outside its status and whether its controller
+    /// wrote the status after that (see [`moonin::scaling::load::status_after_spec`]).
+    pub observed: HashMap<String, (Option<Timestamp>, bool)>,
     pub synced: [bool; 3],
     /// Template changes (new resourceVersions) seen after the initial list.
     pub template_changes: u64,
@@ -83,9 +87,10 @@ pub type Shared = Arc<Mutex<Seen>>;
 pub fn on_hpa(seen: &mut Seen, h: &HorizontalPodAutoscaler, at: Timestamp) {
     let value = (h.spec.min_replicas.unwrap_or(1), h.spec.max_replicas);
     let marked = h.annotations().contains_key(keys::ORIGINAL);
-    if let Some(g) = h.status.as_ref().and_then(|s| s.observed_generation) {
-        seen.observed.insert(h.name_any(), g);
-    }
+    seen.observed.insert(
+        h.name_any(),
+        (last_writes(&h.metadata).0, status_after_spec(&h.metadata)),
+    );
     seen.hpas.entry(h.name_any()).or_default().record(
         value,
         at,

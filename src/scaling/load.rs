@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{ResourceExt, runtime::reflector::Store};
@@ -192,19 +192,91 @@ fn spec_managers(meta: &ObjectMeta, fields: &[&str]) -> BTreeMap<String, String>
     out
 }
 
-/// How long after Moonin's last write to an autoscaler a restore of its Deployment waits for
-/// the autoscaler's controller to act on that write, at most.
-const OBSERVATION_WAIT: jiff::SignedDuration = jiff::SignedDuration::from_secs(30);
+/// How long after the last write to an autoscaler's bounds a restore of its Deployment waits,
+/// at most, for the autoscaler's controller to act on them, when the controller is sure to
+/// say so ([`must_write`]): long enough for a kube-controller-manager whose watches backed
+/// off during an API server outage to catch up (seen here: 70–83 s after a 60 s outage),
+/// short enough that a controller that is not running does not hold the Deployment for good.
+const OBSERVATION_LIMIT: SignedDuration = SignedDuration::from_mins(2);
 
-/// Whether Moonin (`moonin-scaling`) wrote the object's spec less than [`OBSERVATION_WAIT`]
-/// before `now`, from `managedFields`.
-fn written_recently(meta: &ObjectMeta, now: Timestamp) -> bool {
-    meta.managed_fields.iter().flatten().any(|m| {
-        m.manager.as_deref() == Some(field_manager::SCALING)
-            && m.time
-                .as_ref()
-                .is_some_and(|t| now.duration_since(t.0) < OBSERVATION_WAIT)
-    })
+/// The same when the controller may act and write nothing: longer than one of its syncs that
+/// had read the old bounds takes to finish, and than its watch lags on a loaded machine, so
+/// that only a controller whose view lags further can scale the restored Deployment back.
+const OBSERVATION_SETTLE: SignedDuration = SignedDuration::from_secs(5);
+
+/// Whether the controller of an autoscaler with bounds `min`..=`max` is sure to write its
+/// status once it acts on them, its Deployment having `replicas`: outside the bounds it must
+/// scale the Deployment into them and say so. Inside them it may write nothing at all
+/// (without a metrics server nothing changes), so no wait could end on evidence.
+fn must_write(replicas: Option<i32>, min: i32, max: i32) -> bool {
+    let replicas = replicas.unwrap_or(1);
+    // 0 replicas with a minimum above 0 is an HPA switched off: its controller does nothing.
+    replicas > 0 && (replicas < min || replicas > max)
+}
+
+/// Whether the HPA controller may still be acting on bounds older than the HPA's, last
+/// written at `written`, its target having `replicas`: no status written since, and the
+/// write is recent ([`OBSERVATION_LIMIT`] or [`OBSERVATION_SETTLE`]).
+fn hpa_lags(
+    hpa: &HorizontalPodAutoscaler,
+    written: Option<Timestamp>,
+    replicas: Option<i32>,
+    now: Timestamp,
+) -> bool {
+    let wait = observation_wait(hpa, replicas);
+    !status_after_spec(&hpa.metadata) && written.is_some_and(|w| now.duration_since(w) < wait)
+}
+
+/// How long after a write of its bounds a restore of the Deployment waits for the HPA
+/// controller's status write, at most: [`OBSERVATION_LIMIT`] when the controller must write
+/// ([`must_write`]), else [`OBSERVATION_SETTLE`].
+pub fn observation_wait(hpa: &HorizontalPodAutoscaler, replicas: Option<i32>) -> SignedDuration {
+    let min = hpa.spec.min_replicas.unwrap_or(1);
+    if must_write(replicas, min, hpa.spec.max_replicas) {
+        OBSERVATION_LIMIT
+    } else {
+        OBSERVATION_SETTLE
+    }
+}
+
+/// When Moonin (`moonin-scaling`) last wrote the object, from `managedFields`.
+fn moonin_wrote(meta: &ObjectMeta) -> Option<Timestamp> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.manager.as_deref() == Some(field_manager::SCALING))
+        .filter_map(|m| m.time.as_ref().map(|t| t.0))
+        .max()
+}
+
+/// Whether the object's status was written after the last write of anything else in it, from
+/// `managedFields` (whole seconds, so a status write in the same second as that write does
+/// not count). The HPA controller writes an HPA's status with an update that carries the
+/// resourceVersion it read, so a status write that lands after a spec write was computed from
+/// that spec: the evidence that the controller has acted on it. Kubernetes sets neither
+/// `metadata.generation` nor `status.observedGeneration` on HPAs, and the controller writes
+/// the status only when it changes, so no evidence is not proof of the opposite (hence
+/// [`must_write`] and the cap, [`OBSERVATION_LIMIT`]).
+pub fn status_after_spec(meta: &ObjectMeta) -> bool {
+    match last_writes(meta) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(spec), Some(status)) => status > spec,
+    }
+}
+
+/// The time of the last write to the object outside its status, and of the last write to its
+/// status, from `managedFields` (whole seconds).
+pub fn last_writes(meta: &ObjectMeta) -> (Option<Timestamp>, Option<Timestamp>) {
+    let latest = |status: bool| {
+        meta.managed_fields
+            .iter()
+            .flatten()
+            .filter(|m| (m.subresource.as_deref() == Some("status")) == status)
+            .filter_map(|m| m.time.as_ref().map(|t| t.0))
+            .max()
+    };
+    (latest(false), latest(true))
 }
 
 fn autoscaler_from(
@@ -306,12 +378,10 @@ pub fn targets(
         }
     }
     let now = Timestamp::now();
-    // Per ScaledObject (namespace, name): whether KEDA's HPA is at the given minimum and
-    // the HPA controller has seen it.
+    // Per ScaledObject (namespace, name): KEDA's HPA's minimum, and whether the HPA
+    // controller may still be acting on older bounds of it.
     let mut keda_hpas: BTreeMap<(String, String), (Option<i32>, bool)> = BTreeMap::new();
     for hpa in stores.hpas.state() {
-        let behind =
-            hpa.metadata.generation > hpa.status.as_ref().and_then(|s| s.observed_generation);
         let Some(key) = hpa_target(&hpa) else {
             continue;
         };
@@ -325,12 +395,16 @@ pub fn targets(
             Some(hpa.spec.max_replicas),
             live,
         );
-        a.unobserved = behind && written_recently(&hpa.metadata, now);
+        let replicas = t.deployment.as_ref().and_then(|d| d.replicas);
         if let Some(so) = &a.keda_owner {
+            // KEDA writes its HPA's bounds.
+            let lags = hpa_lags(&hpa, last_writes(&hpa.metadata).0, replicas, now);
             keda_hpas.insert(
                 (key.namespace.clone(), so.clone()),
-                (hpa.spec.min_replicas, !behind),
+                (hpa.spec.min_replicas, lags),
             );
+        } else {
+            a.unobserved = hpa_lags(&hpa, moonin_wrote(&hpa.metadata), replicas, now);
         }
         t.autoscalers.push(a);
     }
@@ -347,12 +421,14 @@ pub fn targets(
                     live,
                 );
                 // KEDA carries the bounds to its HPA (a minimum of 0 scales to zero
-                // through a minimum of 1 there), and the HPA controller acts on that.
+                // through a minimum of 1 there), which it is sure to do, and the HPA
+                // controller acts on that.
                 let expected = so.spec.min_replica_count.unwrap_or(0).max(1);
-                let synced = keda_hpas
+                let recent = moonin_wrote(&so.metadata)
+                    .is_some_and(|w| now.duration_since(w) < OBSERVATION_LIMIT);
+                a.unobserved = keda_hpas
                     .get(&(key.namespace.clone(), a.name.clone()))
-                    .is_none_or(|(min, seen)| *seen && *min == Some(expected));
-                a.unobserved = !synced && written_recently(&so.metadata, now);
+                    .is_some_and(|(min, lags)| *lags || (*min != Some(expected) && recent));
                 t.autoscalers.push(a);
             }
         }
@@ -441,14 +517,120 @@ mod tests {
         }
     }
 
+    fn entry(manager: &str, subresource: Option<&str>, at: &str) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            subresource: subresource.map(Into::into),
+            time: Some(Time(at.parse().expect("time"))),
+            ..ManagedFieldsEntry::default()
+        }
+    }
+
+    fn entries(e: Vec<ManagedFieldsEntry>) -> ObjectMeta {
+        ObjectMeta {
+            managed_fields: Some(e),
+            ..ObjectMeta::default()
+        }
+    }
+
+    /// The HPA controller's status write is the evidence it acted on a spec: only one in a
+    /// later second than every other write counts.
     #[test]
-    fn only_moonins_own_recent_write_is_waited_for() {
-        let now: Timestamp = "2026-11-30T10:00:30Z".parse().expect("now");
-        let ours = written_by(field_manager::SCALING, "2026-11-30T10:00:10Z");
-        assert!(written_recently(&ours, now));
-        let old = written_by(field_manager::SCALING, "2026-11-30T09:59:59Z");
-        assert!(!written_recently(&old, now), "waits 30 s at most");
-        let theirs = written_by("kubectl-edit", "2026-11-30T10:00:10Z");
-        assert!(!written_recently(&theirs, now));
+    fn a_status_written_after_the_spec_is_the_controllers_observation() {
+        let kcm = "kube-controller-manager";
+        let spec = |at| entry(field_manager::SCALING, None, at);
+        let status = |at| entry(kcm, Some("status"), at);
+        let after = entries(vec![
+            spec("2026-11-30T10:00:10Z"),
+            status("2026-11-30T10:00:11Z"),
+        ]);
+        assert!(status_after_spec(&after));
+        let same_second = entries(vec![
+            spec("2026-11-30T10:00:10Z"),
+            status("2026-11-30T10:00:10Z"),
+        ]);
+        assert!(!status_after_spec(&same_second), "the order is unknown");
+        let before = entries(vec![
+            status("2026-11-30T10:00:09Z"),
+            spec("2026-11-30T10:00:10Z"),
+        ]);
+        assert!(!status_after_spec(&before));
+        let never = entries(vec![spec("2026-11-30T10:00:10Z")]);
+        assert!(!status_after_spec(&never));
+        let other_writer_later = entries(vec![
+            spec("2026-11-30T10:00:10Z"),
+            status("2026-11-30T10:00:11Z"),
+            entry("kubectl-label", None, "2026-11-30T10:00:12Z"),
+        ]);
+        assert!(
+            !status_after_spec(&other_writer_later),
+            "any later write may have been the bounds"
+        );
+        assert!(
+            status_after_spec(&ObjectMeta::default()),
+            "nothing to act on"
+        );
+    }
+
+    fn hpa(min: i32, max: i32, meta: ObjectMeta) -> HorizontalPodAutoscaler {
+        let mut h = HorizontalPodAutoscaler {
+            metadata: meta,
+            ..HorizontalPodAutoscaler::default()
+        };
+        h.spec.min_replicas = Some(min);
+        h.spec.max_replicas = max;
+        h
+    }
+
+    /// A restored HPA whose controller has written no status since: its Deployment waits 2
+    /// min when the controller must write, 5 s when it may not; a status write ends both.
+    #[test]
+    fn a_restore_waits_for_the_controller_as_long_as_it_is_sure_to_say_so() {
+        let at = |t: &str| t.parse::<Timestamp>().expect("time");
+        let wrote = "2026-11-30T10:00:00Z";
+        let restored = hpa(1, 3, written_by(field_manager::SCALING, wrote));
+        let written = moonin_wrote(&restored.metadata);
+        assert_eq!(written, Some(at(wrote)));
+        let now = at("2026-11-30T10:01:59Z");
+        assert!(
+            hpa_lags(&restored, written, Some(4), now),
+            "must write: 2 min"
+        );
+        assert!(!hpa_lags(
+            &restored,
+            written,
+            Some(4),
+            at("2026-11-30T10:02:00Z")
+        ));
+        assert!(!hpa_lags(&restored, written, Some(2), now), "inside: 5 s");
+        assert!(hpa_lags(
+            &restored,
+            written,
+            Some(2),
+            at("2026-11-30T10:00:04Z")
+        ));
+        let mut seen = restored.clone();
+        seen.metadata
+            .managed_fields
+            .get_or_insert_default()
+            .push(ManagedFieldsEntry {
+                manager: Some("kube-controller-manager".into()),
+                subresource: Some("status".into()),
+                time: Some(Time(at("2026-11-30T10:00:12Z"))),
+                ..ManagedFieldsEntry::default()
+            });
+        assert!(!hpa_lags(&seen, written, Some(4), now), "acted on");
+        assert!(!hpa_lags(&restored, None, Some(4), now), "never written");
+    }
+
+    /// Replicas outside the restored bounds make the HPA controller write; inside, it may not.
+    #[test]
+    fn only_replicas_outside_the_bounds_make_the_controller_write() {
+        assert!(must_write(Some(4), 1, 3));
+        assert!(must_write(Some(1), 2, 5));
+        assert!(must_write(None, 2, 5), "absent is 1");
+        assert!(!must_write(Some(2), 1, 3));
+        assert!(!must_write(Some(3), 1, 3));
+        assert!(!must_write(Some(0), 1, 3), "switched off");
     }
 }

@@ -265,11 +265,11 @@ impl Load {
                 .map_err(get)?;
             let actions = template.status.map(|s| s.actions).unwrap_or_default();
             return Err(format!(
-                "closes: {:?} replicas (want 1); its marks {:?}; HPA generation {:?}, observed {:?}; template closing: {:?}",
+                "closes: {:?} replicas (want 1); its marks {:?}; HPA writes {:?}; Deployment writes {:?}; template closing: {:?}",
                 replicas(&d),
                 moonin_marks(d.annotations()),
-                closes.metadata.generation,
-                closes.status.as_ref().and_then(|s| s.observed_generation),
+                writes(&closes.metadata),
+                writes(&d.metadata),
                 actions
                     .iter()
                     .map(|a| (&a.state, &a.message))
@@ -366,4 +366,26 @@ impl Load {
 
 fn moonin_marks(map: &BTreeMap<String, String>) -> Vec<&String> {
     map.keys().filter(|k| k.starts_with("moonin.io/")).collect()
+}
+
+/// Who last wrote the object, and when (from `managedFields`): what a restore waited on.
+fn writes(meta: &kube::api::ObjectMeta) -> Vec<String> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .map(|m| {
+            format!(
+                "{}{} {}",
+                m.manager.as_deref().unwrap_or("?"),
+                m.subresource
+                    .as_deref()
+                    .map(|s| format!("/{s}"))
+                    .unwrap_or_default(),
+                m.time
+                    .as_ref()
+                    .map(|t| t.0.strftime("%H:%M:%S").to_string())
+                    .unwrap_or_default()
+            )
+        })
+        .collect()
 }

@@ -159,8 +159,9 @@ pub struct Autoscaler {
     /// min and max fields.
     pub managers: BTreeMap<String, String>,
     /// Moonin changed it moments ago and its controller has not acted on that yet (an HPA
-    /// whose `status.observedGeneration` is behind; a ScaledObject whose HPA KEDA has not
-    /// brought to the new bounds): a restore of the Deployment waits, or the controller,
+    /// whose bounds leave the Deployment's replicas outside and whose status was not written
+    /// since its spec; a ScaledObject whose HPA KEDA has not brought to the new bounds, or
+    /// that HPA in the same state): a restore of the Deployment waits, or the controller,
     /// acting on the old bounds, could scale it right back.
     pub unobserved: bool,
 }

@@ -400,9 +400,10 @@ async fn hpa_override_and_byte_for_byte_restore() {
         original_spec
     );
     assert_eq!(annotations(&after.metadata), Vec::<String>::new());
+    // The restore waits up to one HPA sync (15 s) for the HPA controller.
     wait_for(
         "replicas restored to 2",
-        Duration::from_secs(10),
+        Duration::from_secs(40),
         || async { (rig.replicas("web").await? == 2).then_some(()) },
     )
     .await;
@@ -641,7 +642,7 @@ async fn cluster_template_overrides_across_namespaces() {
         .then_some(())
     })
     .await;
-    wait_for("replicas 1", Duration::from_secs(10), || async {
+    wait_for("replicas 1", Duration::from_secs(40), || async {
         (rig.replicas("batch").await? == 1).then_some(())
     })
     .await;

@@ -1,7 +1,14 @@
 //! Wiring: shared reflectors for Deployments, HPAs and ScaledObjects, one controller per
 //! template kind, and the sweep of overrides whose template is gone.
 
-use std::{collections::HashSet, sync::Arc, time::Duration};
+use std::{
+    collections::HashSet,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use futures::{StreamExt, future::BoxFuture};
 use jiff::Timestamp;
@@ -112,6 +119,8 @@ struct Shared {
     metrics: crate::runtime::metrics::Metrics,
     leader: crate::runtime::leader::Leadership,
     sweep: Arc<Notify>,
+    /// Every cache has listed once: until then no template is decided.
+    synced: AtomicBool,
 }
 
 async fn reconcile<T>(tpl: Arc<T>, shared: Arc<Shared>) -> Result<Action, CommitError>
@@ -122,7 +131,12 @@ where
         controller: CONTROLLER.to_string(),
     };
     shared.metrics.reconciliations.get_or_create(&labels).inc();
-    if !shared.leader.is_leader() {
+    // A process that leads at once (a restart under the same identity) is asked to
+    // reconcile every template before its Deployment and HPA caches have listed: decided
+    // then, a target would look unscaled, and a Deployment whose HPA was just restored
+    // would be restored at once, for the HPA controller to scale straight back. Every
+    // template is asked again once they have.
+    if !shared.leader.is_leader() || !shared.synced.load(Ordering::Acquire) {
         return Ok(Action::await_change());
     }
     let started = std::time::Instant::now();
@@ -263,7 +277,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     let (ns_tx, ns_rx) = cache::requests::<ScalingTemplate>();
     let (cl_tx, cl_rx) = cache::requests::<ClusterScalingTemplate>();
     let echoes = cache::Echoes::default();
-    let (stores, mut drives) = caches(&client, ns_tx, cl_tx, &echoes).await;
+    let (stores, mut drives) = caches(&client, ns_tx.clone(), cl_tx.clone(), &echoes).await;
     let (ns_store, cl_store) = (stores.templates.clone(), stores.cluster_templates.clone());
     ctx.metrics.facts.add(Box::new(move || {
         let (ns, cl) = (ns_store.state(), cl_store.state());
@@ -303,6 +317,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         metrics: ctx.metrics.clone(),
         leader,
         sweep: Arc::new(Notify::new()),
+        synced: AtomicBool::new(false),
     });
     let ns_ctl = controller(&ctx, stores.templates.clone(), ns_rx, shared.clone());
     let cl_ctl = controller(
@@ -315,7 +330,16 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         let shared = shared.clone();
         let shutdown = ctx.shutdown.clone();
         async move {
+            // The only waiter on the caches' readiness: kube's `Store::wait_until_ready`
+            // wakes one of several concurrent waiters.
             stores.wait_until_ready().await;
+            shared.synced.store(true, Ordering::Release);
+            for t in stores.templates.state() {
+                let _ = ns_tx.unbounded_send(ObjectRef::from_obj(t.as_ref()));
+            }
+            for t in stores.cluster_templates.state() {
+                let _ = cl_tx.unbounded_send(ObjectRef::from_obj(t.as_ref()));
+            }
             readiness.report_synced();
             tracing::info!("scaling caches synced");
             // A new leader sweeps at once: the previous one may have died mid-revert.

@@ -89,6 +89,29 @@ where
     }
 }
 
+/// Who last wrote the object, and when (from `managedFields`): for a failure
+/// message about who changed what.
+pub fn writes(meta: &kube::api::ObjectMeta) -> Vec<String> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .map(|m| {
+            format!(
+                "{}{} {}",
+                m.manager.as_deref().unwrap_or("?"),
+                m.subresource
+                    .as_deref()
+                    .map(|s| format!("/{s}"))
+                    .unwrap_or_default(),
+                m.time
+                    .as_ref()
+                    .map(|t| t.0.strftime("%H:%M:%S").to_string())
+                    .unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
 /// Polls `probe` every 100 ms until it returns `Some`, or panics after `timeout`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
 where

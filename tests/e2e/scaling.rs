@@ -701,9 +701,13 @@ async fn replicas_are(rig: &Rig, name: &str, n: i32) {
             if replicas == Some(n) {
                 Ok(())
             } else {
+                let hpa = rig.hpas().get_opt(name).await.ok().flatten();
                 Err(format!(
-                    "{replicas:?} replicas, annotations {:?}; {}",
+                    "{replicas:?} replicas, annotations {:?}, written by {:?}; its HPA {:?} written by {:?}; {}",
                     d.metadata.annotations,
+                    harness::writes(&d.metadata),
+                    hpa.as_ref().map(|h| (&h.spec, &h.metadata.annotations)),
+                    hpa.as_ref().map(|h| harness::writes(&h.metadata)),
                     template_states(rig).await
                 ))
             }
@@ -1028,6 +1032,18 @@ async fn sigkill_at_any_point_converges_to_the_exact_original_state() {
         for name in &names {
             rig.delete_template(&format!("r{round}-{name}")).await;
         }
+    }
+    // The restored replicas hold past one HPA sync period (15 s): an HPA controller acting
+    // on the override's bounds after the restore would have scaled them back by now.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    for (i, name) in names.iter().enumerate() {
+        let d = rig.deployments().get(name).await.expect("deployment");
+        assert_eq!(
+            d.spec.and_then(|s| s.replicas),
+            Some(1 + (i as i32 % 2)),
+            "{name} after 20 s, written by {:?}",
+            harness::writes(&d.metadata)
+        );
     }
 }
 

@@ -22,7 +22,7 @@ use moonin::api::{
 };
 use serde_json::{Value, json};
 
-use crate::harness::{kwok_deployment, wait_for};
+use crate::harness::{self, kwok_deployment, wait_for};
 
 /// Claims created just before the fault.
 pub const CLAIMS: usize = 4;
@@ -268,8 +268,8 @@ impl Load {
                 "closes: {:?} replicas (want 1); its marks {:?}; HPA writes {:?}; Deployment writes {:?}; template closing: {:?}",
                 replicas(&d),
                 moonin_marks(d.annotations()),
-                writes(&closes.metadata),
-                writes(&d.metadata),
+                harness::writes(&closes.metadata),
+                harness::writes(&d.metadata),
                 actions
                     .iter()
                     .map(|a| (&a.state, &a.message))
@@ -366,26 +366,4 @@ impl Load {
 
 fn moonin_marks(map: &BTreeMap<String, String>) -> Vec<&String> {
     map.keys().filter(|k| k.starts_with("moonin.io/")).collect()
-}
-
-/// Who last wrote the object, and when (from `managedFields`): what a restore waited on.
-fn writes(meta: &kube::api::ObjectMeta) -> Vec<String> {
-    meta.managed_fields
-        .iter()
-        .flatten()
-        .map(|m| {
-            format!(
-                "{}{} {}",
-                m.manager.as_deref().unwrap_or("?"),
-                m.subresource
-                    .as_deref()
-                    .map(|s| format!("/{s}"))
-                    .unwrap_or_default(),
-                m.time
-                    .as_ref()
-                    .map(|t| t.0.strftime("%H:%M:%S").to_string())
-                    .unwrap_or_default()
-            )
-        })
-        .collect()
 }

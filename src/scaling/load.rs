@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kube::{ResourceExt, runtime::reflector::Store};
 
 use super::decide::{
@@ -201,16 +201,18 @@ const OBSERVATION_LIMIT: SignedDuration = SignedDuration::from_mins(2);
 
 /// The same when the controller may act and write nothing: one HPA sync period
 /// (kube-controller-manager's default), longer than a sync that had read the old bounds takes
-/// to finish on a loaded machine and than its watch usually lags there (5 s was not: the sigkill
-/// e2e test saw a restored Deployment scaled back in a full CI run), so that only a controller
-/// whose view lags further can scale the restored Deployment back.
+/// to finish on a loaded machine and than its watch usually lags there, so that only a
+/// controller whose view lags further can scale the restored Deployment back. (5 s failed once
+/// in a full CI run, before reconciles waited for the caches to list: that failure may have
+/// been the partial view, not the controller's lag; 15 s was kept.)
 const OBSERVATION_SETTLE: SignedDuration = SignedDuration::from_secs(15);
 
-/// Whether the controller of an autoscaler with bounds `min`..=`max` is sure to write its
-/// status once it acts on them, its Deployment having `replicas`: outside the bounds it must
+/// Whether the controller of `hpa` is sure to write its status once it acts on its bounds,
+/// its Deployment having `replicas`: outside the bounds it must
 /// scale the Deployment into them and say so. Inside them it may write nothing at all
 /// (without a metrics server nothing changes), so no wait could end on evidence.
-fn must_write(replicas: Option<i32>, min: i32, max: i32) -> bool {
+fn must_write(hpa: &HorizontalPodAutoscaler, replicas: Option<i32>) -> bool {
+    let (min, max) = (hpa.spec.min_replicas.unwrap_or(1), hpa.spec.max_replicas);
     let replicas = replicas.unwrap_or(1);
     // 0 replicas with a minimum above 0 is an HPA switched off: its controller does nothing.
     replicas > 0 && (replicas < min || replicas > max)
@@ -233,22 +235,32 @@ fn hpa_lags(
 /// controller's status write, at most: [`OBSERVATION_LIMIT`] when the controller must write
 /// ([`must_write`]), else [`OBSERVATION_SETTLE`].
 pub fn observation_wait(hpa: &HorizontalPodAutoscaler, replicas: Option<i32>) -> SignedDuration {
-    let min = hpa.spec.min_replicas.unwrap_or(1);
-    if must_write(replicas, min, hpa.spec.max_replicas) {
+    if must_write(hpa, replicas) {
         OBSERVATION_LIMIT
     } else {
         OBSERVATION_SETTLE
     }
 }
 
-/// When Moonin (`moonin-scaling`) last wrote the object, from `managedFields`.
-fn moonin_wrote(meta: &ObjectMeta) -> Option<Timestamp> {
+/// The time of the latest write to the object among the `managedFields` entries `pick`
+/// takes (whole seconds).
+fn latest_write(
+    meta: &ObjectMeta,
+    pick: impl Fn(&ManagedFieldsEntry) -> bool,
+) -> Option<Timestamp> {
     meta.managed_fields
         .iter()
         .flatten()
-        .filter(|m| m.manager.as_deref() == Some(field_manager::SCALING))
+        .filter(|m| pick(m))
         .filter_map(|m| m.time.as_ref().map(|t| t.0))
         .max()
+}
+
+/// When Moonin (`moonin-scaling`) last wrote the object, from `managedFields`.
+fn moonin_wrote(meta: &ObjectMeta) -> Option<Timestamp> {
+    latest_write(meta, |m| {
+        m.manager.as_deref() == Some(field_manager::SCALING)
+    })
 }
 
 /// Whether the object's status was written after the last write of anything else in it, from
@@ -270,15 +282,11 @@ pub fn status_after_spec(meta: &ObjectMeta) -> bool {
 /// The time of the last write to the object outside its status, and of the last write to its
 /// status, from `managedFields` (whole seconds).
 pub fn last_writes(meta: &ObjectMeta) -> (Option<Timestamp>, Option<Timestamp>) {
-    let latest = |status: bool| {
-        meta.managed_fields
-            .iter()
-            .flatten()
-            .filter(|m| (m.subresource.as_deref() == Some("status")) == status)
-            .filter_map(|m| m.time.as_ref().map(|t| t.0))
-            .max()
-    };
-    (latest(false), latest(true))
+    let status = |m: &ManagedFieldsEntry| m.subresource.as_deref() == Some("status");
+    (
+        latest_write(meta, |m| !status(m)),
+        latest_write(meta, status),
+    )
 }
 
 fn autoscaler_from(
@@ -506,17 +514,10 @@ pub fn snapshot<T: Template>(tpl: &T, stores: &Stores) -> Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn written_by(manager: &str, at: &str) -> ObjectMeta {
-        ObjectMeta {
-            managed_fields: Some(vec![ManagedFieldsEntry {
-                manager: Some(manager.into()),
-                time: Some(Time(at.parse().expect("time"))),
-                ..ManagedFieldsEntry::default()
-            }]),
-            ..ObjectMeta::default()
-        }
+        entries(vec![entry(manager, None, at)])
     }
 
     fn entry(manager: &str, subresource: Option<&str>, at: &str) -> ManagedFieldsEntry {
@@ -615,12 +616,11 @@ mod tests {
         seen.metadata
             .managed_fields
             .get_or_insert_default()
-            .push(ManagedFieldsEntry {
-                manager: Some("kube-controller-manager".into()),
-                subresource: Some("status".into()),
-                time: Some(Time(at("2026-11-30T10:00:12Z"))),
-                ..ManagedFieldsEntry::default()
-            });
+            .push(entry(
+                "kube-controller-manager",
+                Some("status"),
+                "2026-11-30T10:00:12Z",
+            ));
         assert!(!hpa_lags(&seen, written, Some(4), now), "acted on");
         assert!(!hpa_lags(&restored, None, Some(4), now), "never written");
     }
@@ -628,11 +628,17 @@ mod tests {
     /// Replicas outside the restored bounds make the HPA controller write; inside, it may not.
     #[test]
     fn only_replicas_outside_the_bounds_make_the_controller_write() {
-        assert!(must_write(Some(4), 1, 3));
-        assert!(must_write(Some(1), 2, 5));
-        assert!(must_write(None, 2, 5), "absent is 1");
-        assert!(!must_write(Some(2), 1, 3));
-        assert!(!must_write(Some(3), 1, 3));
-        assert!(!must_write(Some(0), 1, 3), "switched off");
+        assert!(must_write(&hpa(1, 3, ObjectMeta::default()), Some(4)));
+        assert!(must_write(&hpa(2, 5, ObjectMeta::default()), Some(1)));
+        assert!(
+            must_write(&hpa(2, 5, ObjectMeta::default()), None),
+            "absent is 1"
+        );
+        assert!(!must_write(&hpa(1, 3, ObjectMeta::default()), Some(2)));
+        assert!(!must_write(&hpa(1, 3, ObjectMeta::default()), Some(3)));
+        assert!(
+            !must_write(&hpa(1, 3, ObjectMeta::default()), Some(0)),
+            "switched off"
+        );
     }
 }

@@ -3,6 +3,7 @@
 
 use std::{
     collections::BTreeMap,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -17,6 +18,7 @@ use moonin::{
     scaling::load::{last_writes, observation_wait},
 };
 use serde_json::json;
+use tokio::sync::Semaphore;
 
 use crate::{
     Carrier, POLL,
@@ -69,8 +71,9 @@ async fn send_close(
     let (carrier, deployment) = (Patch::Merge(carrier), Patch::Merge(deployment));
     let pp = PatchParams::default();
     let (carrier, deployment, pp) = (&carrier, &deployment, &pp);
-    timed(names, |name, start| async move {
+    timed(names, |name, start, permits| async move {
         let mut out = Vec::new();
+        let permit = permits.acquire().await;
         let written = match t.carrier {
             Carrier::Hpa => t.hpas.patch(name, pp, carrier).await.ok().map(|h| {
                 // The Deployment is at the window's minimum as the restore begins.
@@ -84,6 +87,7 @@ async fn send_close(
                 .ok()
                 .map(|_| None),
         };
+        drop(permit);
         let Some(written) = written else {
             return out;
         };
@@ -106,6 +110,7 @@ async fn send_close(
             )
             .await;
         }
+        let _permit = permits.acquire().await;
         if t.deployments.patch(name, pp, deployment).await.is_ok() {
             out.push(ms_since(start));
         }
@@ -125,11 +130,14 @@ async fn send(
     let (deployment, carrier) = (Patch::Merge(deployment), Patch::Merge(carrier));
     let pp = PatchParams::default();
     let (deployment, carrier, pp) = (&deployment, &carrier, &pp);
-    timed(names, |name, start| async move {
+    timed(names, |name, start, permits| async move {
         let mut out = Vec::new();
+        let permit = permits.acquire().await;
         if t.deployments.patch(name, pp, deployment).await.is_ok() {
             out.push(ms_since(start));
         }
+        drop(permit);
+        let _permit = permits.acquire().await;
         let written = match t.carrier {
             Carrier::Hpa => t.hpas.patch(name, pp, carrier).await.map(|_| ()),
             Carrier::ScaledObject => t.scaled_objects.patch(name, pp, carrier).await.map(|_| ()),
@@ -142,18 +150,20 @@ async fn send(
     .await
 }
 
-/// Runs `step` for every target, with at most [`moonin::scaling::commit::MAX_IN_FLIGHT`] in
-/// flight, all started at one instant; each step returns the times (ms from that instant) of
-/// the writes it got a response to.
+/// Runs `step` for every target, all started at one instant, each request holding one of
+/// [`moonin::scaling::commit::MAX_IN_FLIGHT`] permits as Moonin's writes do (a step waiting
+/// between its writes holds none); each step returns the times (ms from that instant) of the
+/// writes it got a response to.
 async fn timed<'a, F, Fut>(names: &'a [String], step: F) -> Option<Stats>
 where
-    F: Fn(&'a str, Instant) -> Fut,
+    F: Fn(&'a str, Instant, Arc<Semaphore>) -> Fut,
     Fut: Future<Output = Vec<f64>>,
 {
     let start = Instant::now();
+    let permits = Arc::new(Semaphore::new(moonin::scaling::commit::MAX_IN_FLIGHT));
     let times: Vec<f64> = stream::iter(names)
-        .map(|name| step(name, start))
-        .buffer_unordered(moonin::scaling::commit::MAX_IN_FLIGHT)
+        .map(|name| step(name, start, permits.clone()))
+        .buffer_unordered(names.len().max(1))
         .flat_map(stream::iter)
         .collect()
         .await;

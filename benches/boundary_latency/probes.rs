@@ -73,21 +73,20 @@ async fn send_close(
     let (carrier, deployment, pp) = (&carrier, &deployment, &pp);
     timed(names, |name, start, permits| async move {
         let mut out = Vec::new();
-        let permit = permits.acquire().await;
         let written = match t.carrier {
-            Carrier::Hpa => t.hpas.patch(name, pp, carrier).await.ok().map(|h| {
-                // The Deployment is at the window's minimum as the restore begins.
-                let wait = observation_wait(&h, Some(crate::ACTION_MIN));
-                last_writes(&h.metadata).0.zip(Some(wait))
-            }),
-            Carrier::ScaledObject => t
-                .scaled_objects
-                .patch(name, pp, carrier)
+            Carrier::Hpa => permitted(&permits, t.hpas.patch(name, pp, carrier))
+                .await
+                .ok()
+                .map(|h| {
+                    // The Deployment is at the window's minimum as the restore begins.
+                    let wait = observation_wait(&h, Some(crate::ACTION_MIN));
+                    last_writes(&h.metadata).0.zip(Some(wait))
+                }),
+            Carrier::ScaledObject => permitted(&permits, t.scaled_objects.patch(name, pp, carrier))
                 .await
                 .ok()
                 .map(|_| None),
         };
-        drop(permit);
         let Some(written) = written else {
             return out;
         };
@@ -110,8 +109,10 @@ async fn send_close(
             )
             .await;
         }
-        let _permit = permits.acquire().await;
-        if t.deployments.patch(name, pp, deployment).await.is_ok() {
+        if permitted(&permits, t.deployments.patch(name, pp, deployment))
+            .await
+            .is_ok()
+        {
             out.push(ms_since(start));
         }
         out
@@ -132,15 +133,19 @@ async fn send(
     let (deployment, carrier, pp) = (&deployment, &carrier, &pp);
     timed(names, |name, start, permits| async move {
         let mut out = Vec::new();
-        let permit = permits.acquire().await;
-        if t.deployments.patch(name, pp, deployment).await.is_ok() {
+        if permitted(&permits, t.deployments.patch(name, pp, deployment))
+            .await
+            .is_ok()
+        {
             out.push(ms_since(start));
         }
-        drop(permit);
-        let _permit = permits.acquire().await;
         let written = match t.carrier {
-            Carrier::Hpa => t.hpas.patch(name, pp, carrier).await.map(|_| ()),
-            Carrier::ScaledObject => t.scaled_objects.patch(name, pp, carrier).await.map(|_| ()),
+            Carrier::Hpa => permitted(&permits, t.hpas.patch(name, pp, carrier))
+                .await
+                .map(|_| ()),
+            Carrier::ScaledObject => permitted(&permits, t.scaled_objects.patch(name, pp, carrier))
+                .await
+                .map(|_| ()),
         };
         if written.is_ok() {
             out.push(ms_since(start));
@@ -168,6 +173,12 @@ where
         .collect()
         .await;
     stats(times)
+}
+
+/// One request, holding one of [`timed`]'s permits while it is in flight.
+async fn permitted<T>(permits: &Semaphore, request: impl Future<Output = T>) -> T {
+    let _permit = permits.acquire().await;
+    request.await
 }
 
 fn ms_since(start: Instant) -> f64 {

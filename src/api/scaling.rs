@@ -317,6 +317,12 @@ pub struct ActionStatus {
     /// manager undid it. Re-applying stops at a small bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reapplies: Option<i32>,
+    /// The Deployment's replicas before the window raised them: what its restore puts back.
+    /// Kept after the window closes, so that if the HPA controller, still acting on the
+    /// override's bounds, scales the Deployment back right after its restore, Moonin
+    /// restores it again (Event `RestoredAgain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_replicas: Option<i32>,
 }
 
 /// A window that ran.
@@ -373,6 +379,9 @@ pub mod events {
     pub const REVERTED: &str = "Reverted";
     /// The Deployment raised to the new minimum.
     pub const SCALED_UP: &str = "ScaledUp";
+    /// A Deployment the HPA controller scaled back on the override's old bounds right
+    /// after its restore, restored again.
+    pub const RESTORED_AGAIN: &str = "RestoredAgain";
 }
 
 /// Condition types and reasons specific to scaling templates.

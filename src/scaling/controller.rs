@@ -58,7 +58,7 @@ fn watch_config() -> watcher::Config {
 }
 
 fn trim_deployment(d: &mut Deployment) {
-    d.managed_fields_mut().clear();
+    load::keep_replicas_owner(&mut d.metadata);
     cache::strip_last_applied(&mut d.metadata);
     if let Some(spec) = d.spec.as_mut() {
         spec.template = Default::default();

@@ -4,12 +4,12 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use kube::{ResourceExt, runtime::reflector::Store};
 
 use super::decide::{
-    Autoscaler, AutoscalerKind, GUARDED_ANNOTATIONS, Marks, Original, OwnerRecord, Snapshot,
-    Target, TargetKey, TemplateKind, TemplateView, Workload,
+    Autoscaler, AutoscalerKind, GUARDED_ANNOTATIONS, Marks, OBSERVATION_LIMIT, Original,
+    OwnerRecord, Snapshot, Target, TargetKey, TemplateKind, TemplateView, Workload,
 };
 use crate::api::field_manager;
 use crate::api::keda::ScaledObject;
@@ -192,25 +192,12 @@ fn spec_managers(meta: &ObjectMeta, fields: &[&str]) -> BTreeMap<String, String>
     out
 }
 
-/// How long after the last write to an autoscaler's bounds a restore of its Deployment waits,
-/// at most, for the autoscaler's controller to act on them, when the controller is sure to
-/// say so ([`must_write`]): long enough for a kube-controller-manager whose watches backed
-/// off during an API server outage to catch up (seen here: 70–83 s after a 60 s outage),
-/// short enough that a controller that is not running does not hold the Deployment for good.
-const OBSERVATION_LIMIT: SignedDuration = SignedDuration::from_mins(2);
-
-/// The same when the controller may act and write nothing: one HPA sync period
-/// (kube-controller-manager's default), longer than a sync that had read the old bounds takes
-/// to finish on a loaded machine and than its watch usually lags there, so that only a
-/// controller whose view lags further can scale the restored Deployment back. (5 s failed once
-/// in a full CI run, before reconciles waited for the caches to list: that failure may have
-/// been the partial view, not the controller's lag; 15 s was kept.)
-const OBSERVATION_SETTLE: SignedDuration = SignedDuration::from_secs(15);
-
 /// Whether the controller of `hpa` is sure to write its status once it acts on its bounds,
 /// its Deployment having `replicas`: outside the bounds it must
 /// scale the Deployment into them and say so. Inside them it may write nothing at all
-/// (without a metrics server nothing changes), so no wait could end on evidence.
+/// (without a metrics server nothing changes), so no wait could end on evidence: the
+/// Deployment is restored at once, and restored again if the controller, acting on the
+/// override's bounds, scales it back.
 fn must_write(hpa: &HorizontalPodAutoscaler, replicas: Option<i32>) -> bool {
     let (min, max) = (hpa.spec.min_replicas.unwrap_or(1), hpa.spec.max_replicas);
     let replicas = replicas.unwrap_or(1);
@@ -218,27 +205,27 @@ fn must_write(hpa: &HorizontalPodAutoscaler, replicas: Option<i32>) -> bool {
     replicas > 0 && (replicas < min || replicas > max)
 }
 
-/// Whether the HPA controller may still be acting on bounds older than the HPA's, last
-/// written at `written`, its target having `replicas`: no status written since, and the
-/// write is recent ([`OBSERVATION_LIMIT`] or [`OBSERVATION_SETTLE`]).
+/// Whether the HPA controller must still act on bounds older than the HPA's, last written
+/// at `written`, its target having `replicas`: it must write ([`must_write`]), has written
+/// no status since, and the write is recent ([`OBSERVATION_LIMIT`]).
 fn hpa_lags(
     hpa: &HorizontalPodAutoscaler,
     written: Option<Timestamp>,
     replicas: Option<i32>,
     now: Timestamp,
 ) -> bool {
-    let wait = observation_wait(hpa, replicas);
-    !status_after_spec(&hpa.metadata) && written.is_some_and(|w| now.duration_since(w) < wait)
+    !status_after_spec(&hpa.metadata)
+        && written.is_some_and(|w| now.duration_since(w) < observation_wait(hpa, replicas))
 }
 
 /// How long after a write of its bounds a restore of the Deployment waits for the HPA
 /// controller's status write, at most: [`OBSERVATION_LIMIT`] when the controller must write
-/// ([`must_write`]), else [`OBSERVATION_SETTLE`].
+/// ([`must_write`]), else not at all.
 pub fn observation_wait(hpa: &HorizontalPodAutoscaler, replicas: Option<i32>) -> SignedDuration {
     if must_write(hpa, replicas) {
         OBSERVATION_LIMIT
     } else {
-        OBSERVATION_SETTLE
+        SignedDuration::ZERO
     }
 }
 
@@ -261,6 +248,37 @@ fn moonin_wrote(meta: &ObjectMeta) -> Option<Timestamp> {
     latest_write(meta, |m| {
         m.manager.as_deref() == Some(field_manager::SCALING)
     })
+}
+
+/// The `managedFields` entry of the field manager that last set `spec.replicas` (the latest
+/// of those that own it).
+fn replicas_entry(meta: &ObjectMeta) -> Option<&ManagedFieldsEntry> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.fields_v1
+                .as_ref()
+                .and_then(|f| f.0.get("f:spec"))
+                .is_some_and(|s| s.get("f:replicas").is_some())
+        })
+        .max_by_key(|m| m.time.as_ref().map(|t| t.0))
+}
+
+/// The field manager that last set `spec.replicas`, and when, from `managedFields`.
+pub fn replicas_set_by(meta: &ObjectMeta) -> Option<(String, Timestamp)> {
+    let m = replicas_entry(meta)?;
+    Some((m.manager.clone()?, m.time.as_ref()?.0))
+}
+
+/// Trims a cached Deployment's `managedFields` to the entry that owns `spec.replicas`
+/// (all [`replicas_set_by`] reads), itself trimmed to that field.
+pub fn keep_replicas_owner(meta: &mut ObjectMeta) {
+    let kept = replicas_entry(meta).map(|m| ManagedFieldsEntry {
+        fields_v1: Some(FieldsV1(serde_json::json!({"f:spec": {"f:replicas": {}}}))),
+        ..m.clone()
+    });
+    meta.managed_fields = kept.map(|m| vec![m]);
 }
 
 /// Whether the object's status was written after the last write of anything else in it, from
@@ -342,6 +360,7 @@ fn autoscaler_from(
         applied_hash: annotation(meta, keys::APPLIED_HASH).cloned(),
         managers: spec_managers(meta, &[kind.min_field(), kind.max_field()]),
         unobserved: false,
+        bounds_written: None,
     }
 }
 
@@ -366,6 +385,7 @@ fn workload_from(d: &Deployment, live: &HashSet<String>) -> Workload {
         replicas: d.spec.as_ref().and_then(|s| s.replicas),
         marks: m,
         original_replicas,
+        replicas_set_by: replicas_set_by(&d.metadata),
     }
 }
 
@@ -388,9 +408,10 @@ pub fn targets(
         }
     }
     let now = Timestamp::now();
-    // Per ScaledObject (namespace, name): KEDA's HPA's minimum, and whether the HPA
-    // controller may still be acting on older bounds of it.
-    let mut keda_hpas: BTreeMap<(String, String), (Option<i32>, bool)> = BTreeMap::new();
+    // Per ScaledObject (namespace, name): KEDA's HPA's minimum, whether the HPA controller
+    // may still be acting on older bounds of it, and when its bounds were last written.
+    type KedaHpa = (Option<i32>, bool, Option<Timestamp>);
+    let mut keda_hpas: BTreeMap<(String, String), KedaHpa> = BTreeMap::new();
     for hpa in stores.hpas.state() {
         let Some(key) = hpa_target(&hpa) else {
             continue;
@@ -406,12 +427,13 @@ pub fn targets(
             live,
         );
         let replicas = t.deployment.as_ref().and_then(|d| d.replicas);
+        a.bounds_written = last_writes(&hpa.metadata).0;
         if let Some(so) = &a.keda_owner {
             // KEDA writes its HPA's bounds.
-            let lags = hpa_lags(&hpa, last_writes(&hpa.metadata).0, replicas, now);
+            let lags = hpa_lags(&hpa, a.bounds_written, replicas, now);
             keda_hpas.insert(
                 (key.namespace.clone(), so.clone()),
-                (hpa.spec.min_replicas, lags),
+                (hpa.spec.min_replicas, lags, a.bounds_written),
             );
         } else {
             a.unobserved = hpa_lags(&hpa, moonin_wrote(&hpa.metadata), replicas, now);
@@ -436,9 +458,10 @@ pub fn targets(
                 let expected = so.spec.min_replica_count.unwrap_or(0).max(1);
                 let recent = moonin_wrote(&so.metadata)
                     .is_some_and(|w| now.duration_since(w) < OBSERVATION_LIMIT);
-                a.unobserved = keda_hpas
-                    .get(&(key.namespace.clone(), a.name.clone()))
-                    .is_some_and(|(min, lags)| *lags || (*min != Some(expected) && recent));
+                let keda_hpa = keda_hpas.get(&(key.namespace.clone(), a.name.clone()));
+                a.unobserved = keda_hpa
+                    .is_some_and(|(min, lags, _)| *lags || (*min != Some(expected) && recent));
+                a.bounds_written = keda_hpa.and_then(|h| h.2);
                 t.autoscalers.push(a);
             }
         }
@@ -586,7 +609,8 @@ mod tests {
     }
 
     /// A restored HPA whose controller has written no status since: its Deployment waits 2
-    /// min when the controller must write, 15 s when it may not; a status write ends both.
+    /// min when the controller must write, not at all when it may not; a status write ends
+    /// the wait.
     #[test]
     fn a_restore_waits_for_the_controller_as_long_as_it_is_sure_to_say_so() {
         let at = |t: &str| t.parse::<Timestamp>().expect("time");
@@ -605,13 +629,10 @@ mod tests {
             Some(4),
             at("2026-11-30T10:02:00Z")
         ));
-        assert!(!hpa_lags(&restored, written, Some(2), now), "inside: 15 s");
-        assert!(hpa_lags(
-            &restored,
-            written,
-            Some(2),
-            at("2026-11-30T10:00:14Z")
-        ));
+        assert!(
+            !hpa_lags(&restored, written, Some(2), at(wrote)),
+            "inside: no wait"
+        );
         let mut seen = restored.clone();
         seen.metadata
             .managed_fields
@@ -623,6 +644,48 @@ mod tests {
             ));
         assert!(!hpa_lags(&seen, written, Some(4), now), "acted on");
         assert!(!hpa_lags(&restored, None, Some(4), now), "never written");
+    }
+
+    /// The last manager to set `spec.replicas` is read from the entries that own it, and the
+    /// cache keeps that one entry, trimmed to the field.
+    #[test]
+    fn the_replicas_owner_is_the_latest_entry_that_owns_them() {
+        let owning = |manager: &str, sub: Option<&str>, at: &str| ManagedFieldsEntry {
+            fields_v1: Some(FieldsV1(serde_json::json!({
+                "f:metadata": {"f:annotations": {}},
+                "f:spec": {"f:replicas": {}, "f:template": {}}
+            }))),
+            ..entry(manager, sub, at)
+        };
+        let mut meta = entries(vec![
+            owning("kubectl", None, "2026-11-30T09:00:00Z"),
+            entry(field_manager::SCALING, None, "2026-11-30T10:00:05Z"),
+            owning(
+                "kube-controller-manager",
+                Some("scale"),
+                "2026-11-30T10:00:03Z",
+            ),
+        ]);
+        let kcm = Some((
+            "kube-controller-manager".to_string(),
+            "2026-11-30T10:00:03Z".parse().expect("time"),
+        ));
+        assert_eq!(
+            replicas_set_by(&meta),
+            kcm,
+            "a later entry without replicas"
+        );
+        keep_replicas_owner(&mut meta);
+        assert_eq!(replicas_set_by(&meta), kcm);
+        let kept = meta.managed_fields.as_deref().unwrap_or_default();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(
+            kept[0].fields_v1.as_ref().map(|f| f.0.clone()),
+            Some(serde_json::json!({"f:spec": {"f:replicas": {}}}))
+        );
+        let mut none = written_by("kubectl", "2026-11-30T09:00:00Z");
+        keep_replicas_owner(&mut none);
+        assert_eq!((replicas_set_by(&none), none.managed_fields), (None, None));
     }
 
     /// Replicas outside the restored bounds make the HPA controller write; inside, it may not.

@@ -400,7 +400,7 @@ async fn hpa_override_and_byte_for_byte_restore() {
         original_spec
     );
     assert_eq!(annotations(&after.metadata), Vec::<String>::new());
-    // The restore waits up to one HPA sync (15 s) for the HPA controller.
+    // The Deployment follows in the reconcile after the HPA's restore.
     wait_for(
         "replicas restored to 2",
         Duration::from_secs(40),
@@ -1033,8 +1033,8 @@ async fn sigkill_at_any_point_converges_to_the_exact_original_state() {
             rig.delete_template(&format!("r{round}-{name}")).await;
         }
     }
-    // The restored replicas hold past one HPA sync period (15 s): an HPA controller acting
-    // on the override's bounds after the restore would have scaled them back by now.
+    // The restored replicas hold past one HPA sync period (15 s): an HPA controller that
+    // scaled one back on the override's bounds after its restore has been undone by now.
     tokio::time::sleep(Duration::from_secs(20)).await;
     for (i, name) in names.iter().enumerate() {
         let d = rig.deployments().get(name).await.expect("deployment");

@@ -105,9 +105,18 @@ pub(super) fn apply_action(
     } else {
         carried.recorded_replicas
     };
-    ops.extend(raise_deployment(&cx, dep_ours, original_replicas));
+    let raise = raise_deployment(&cx, dep_ours, original_replicas);
+    // What the Deployment's restore will put back, recorded in the status as well.
+    let restores_to = if dep_ours {
+        dep.original_replicas
+    } else {
+        raise.as_ref().map(|_| original_replicas.unwrap_or(1))
+    };
+    ops.extend(raise);
     ops.extend(carried.op.take());
-    applied_outcome(&cx, carried, ops)
+    let mut outcome = applied_outcome(&cx, carried, ops);
+    outcome.status.original_replicas = restores_to;
+    outcome
 }
 
 /// The Deployment, what carries the override (its autoscaler, else a provisional HPA of

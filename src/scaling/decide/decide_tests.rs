@@ -7,10 +7,13 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use proptest::prelude::*;
 
+use super::restore::HPA_CONTROLLER;
 use super::*;
 use crate::api::conditions;
 use crate::api::field_manager;
-use crate::api::scaling::{ActionStatus, Execution, ManualRun, TargetRef, WindowSpec, keys};
+use crate::api::scaling::{
+    ActionStatus, Execution, ManualRun, TargetRef, WindowSpec, events, keys,
+};
 use serde_json::{Value, json};
 
 const NS: &str = "shop";
@@ -137,6 +140,7 @@ fn deployment(name: &str, replicas: i32) -> Workload {
         replicas: Some(replicas),
         marks: plain(),
         original_replicas: None,
+        replicas_set_by: None,
     }
 }
 
@@ -166,6 +170,7 @@ fn hpa(name: &str, min: Option<i32>, max: Option<i32>) -> Autoscaler {
         applied_hash: None,
         managers: BTreeMap::new(),
         unobserved: false,
+        bounds_written: None,
     }
 }
 
@@ -223,17 +228,53 @@ fn tgt(dep: Option<Workload>, autoscalers: Vec<Autoscaler>) -> Target {
     }
 }
 
-fn snap(t: TemplateView, targets: Vec<(&str, Target)>) -> Snapshot {
+/// The snapshot of `t` and its targets. A Deployment one of `t`'s actions raised has its
+/// original replicas in the status, as the commit of the plan that raised it wrote them
+/// (see [`unrecorded`] for the crash that leaves them out).
+fn snap(mut t: TemplateView, targets: Vec<(&str, Target)>) -> Snapshot {
+    let targets: BTreeMap<TargetKey, Target> = targets
+        .into_iter()
+        .map(|(n, mut t)| {
+            fill_read(&mut t);
+            (key(n), t)
+        })
+        .collect();
+    for (k, target) in &targets {
+        let Some((owner, d)) = target
+            .deployment
+            .as_ref()
+            .and_then(|d| Some((d.marks.owner.as_ref()?, d)))
+        else {
+            continue;
+        };
+        if owner.uid != t.uid || t.status.actions.iter().any(|a| a.name == owner.action) {
+            continue;
+        }
+        t.status.actions.push(ActionStatus {
+            name: owner.action.clone(),
+            target: k.to_string(),
+            state: state::APPLIED.to_string(),
+            via: None,
+            applied_hash: None,
+            message: None,
+            reapplies: None,
+            original_replicas: d.original_replicas,
+        });
+    }
     Snapshot {
         template: t,
-        targets: targets
-            .into_iter()
-            .map(|(n, mut t)| {
-                fill_read(&mut t);
-                (key(n), t)
-            })
-            .collect(),
+        targets,
     }
+}
+
+/// `s` as a crash leaves it before the status recorded the original replicas.
+fn unrecorded(mut s: Snapshot) -> Snapshot {
+    s.template
+        .status
+        .actions
+        .iter_mut()
+        .for_each(|a| a.original_replicas = None);
+    s
 }
 
 /// Gives every object of `t` whose raw annotations are not set the raw values its parsed
@@ -601,6 +642,7 @@ fn first_apply_on_an_existing_hpa() {
             applied_hash: Some(hash(&a)),
             message: st.actions[0].message.clone(),
             reapplies: None,
+            original_replicas: Some(3),
         }]
     );
     assert_cond(st, "Ready", true, "Reconciled", "");
@@ -3089,4 +3131,167 @@ proptest! {
             prop_assert!(plan.status.window.is_none());
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// After the restore: the record in the status, and a scale-back undone.
+
+/// The close restores the Deployment in the plan after its HPA's (no wait for an HPA
+/// controller that may never say it acted), and the status keeps what it put back.
+#[test]
+fn the_deployment_follows_its_hpa_and_the_status_keeps_its_original_replicas() {
+    let a = checkout();
+    let mut s = snap(
+        template(vec![a.clone()]),
+        vec![("checkout", applied_target(&a))],
+    );
+    let first = decide(&s, after_window());
+    assert_eq!(writes(&first.ops)[0].1, revert_of_applied()[0].1);
+    assert_eq!(first.ops.len(), 1);
+    assert!(first.defer_status, "one status write per close");
+    play(&mut s, &first.ops);
+    let second = decide(&s, after_window());
+    assert_eq!(writes(&second.ops), revert_of_applied().split_off(1));
+    assert!(!second.defer_status);
+    let st = act(&second.status, "checkout");
+    assert_eq!(
+        (st.state.as_str(), st.original_replicas),
+        ("Reverted", Some(3))
+    );
+    play(&mut s, &second.ops);
+    s.template.status = second.status.clone();
+    let idle = decide(&s, after_window());
+    assert!(idle.ops.is_empty());
+    assert_eq!(idle.status, second.status, "nothing more to write");
+}
+
+/// A crash before the open's status write leaves the original replicas only on the
+/// Deployment: its restore waits for a status write that records them.
+#[test]
+fn a_deployment_waits_until_the_status_records_its_original_replicas() {
+    let a = checkout();
+    let mut s = unrecorded(snap(
+        template(vec![a.clone()]),
+        vec![("checkout", applied_target(&a))],
+    ));
+    let first = decide(&s, after_window());
+    assert_eq!(first.ops.len(), 1, "the HPA only");
+    play(&mut s, &first.ops);
+    let second = decide(&s, after_window());
+    assert_eq!(writes(&second.ops), vec![]);
+    assert!(!second.defer_status);
+    assert_eq!(act(&second.status, "checkout").original_replicas, Some(3));
+    assert!(second.requeue_at <= after_window() + WAITING_RECHECK);
+    s.template.status = second.status.clone();
+    let third = decide(&s, after_window());
+    assert_eq!(writes(&third.ops), revert_of_applied().split_off(1));
+}
+
+/// The moment of the HPA's restore, and the restored target as the HPA controller left it
+/// when it scaled the Deployment back to the override's minimum (10) `after` seconds later.
+fn scaled_back(manager: &str, after: i64) -> (Snapshot, Timestamp) {
+    let a = checkout();
+    let restored = ts("2026-11-30T18:00:02Z");
+    let mut t = template(vec![a.clone()]);
+    t.status.actions = vec![ActionStatus {
+        state: "Reverted".into(),
+        original_replicas: Some(3),
+        ..Outcome::new("checkout", &key("checkout"), "Reverted", "restored").status
+    }];
+    let mut dep = deployment("checkout", 10);
+    dep.replicas_set_by = Some((
+        manager.to_string(),
+        restored + SignedDuration::from_secs(after),
+    ));
+    let mut h = hpa("checkout", Some(2), Some(20));
+    h.bounds_written = Some(restored);
+    (
+        snap(t, vec![("checkout", tgt(Some(dep), vec![h]))]),
+        restored,
+    )
+}
+
+/// The HPA controller, acting on the override's minimum after the restore, scaled the
+/// Deployment back: it is restored again from the status's record, once per scale-back.
+#[test]
+fn a_scale_back_by_the_hpa_controller_after_the_restore_is_undone() {
+    let (mut s, restored) = scaled_back(HPA_CONTROLLER, 3);
+    let plan = decide(&s, after_window());
+    assert_eq!(
+        writes(&plan.ops),
+        vec![at("checkout", dep_patch(vec![add("/spec/replicas", 3)]))]
+    );
+    let Write::Patch { ops, .. } = &plan.ops[0].write else {
+        panic!("{:?}", plan.ops[0]);
+    };
+    assert_eq!(
+        guard_of(ops),
+        [
+            test_op(&ann(keys::OWNER), Value::Null),
+            test_op("/spec/replicas", 10)
+        ]
+    );
+    assert_eq!(op_events(&plan), vec![(false, events::RESTORED_AGAIN)]);
+    assert_eq!(act(&plan.status, "checkout").original_replicas, Some(3));
+    // Once Moonin has set the replicas again, nothing more is written.
+    let d = s
+        .targets
+        .get_mut(&key("checkout"))
+        .and_then(|t| t.deployment.as_mut());
+    let d = d.expect("deployment");
+    d.replicas = Some(3);
+    d.replicas_set_by = Some((field_manager::SCALING.into(), restored));
+    assert!(decide(&s, after_window()).ops.is_empty());
+}
+
+/// Anything else is left alone: another manager's scale, a scale long after the restore, a
+/// scale to other replicas, a Deployment a window holds again, or no record.
+#[test]
+fn other_scales_after_a_restore_are_left_alone() {
+    let no_write = |s: &Snapshot, why: &str| {
+        assert_eq!(writes(&decide(s, after_window()).ops), vec![], "{why}");
+    };
+    no_write(&scaled_back("kubectl", 3).0, "a person's scale");
+    no_write(
+        &scaled_back(HPA_CONTROLLER, 120).0,
+        "two minutes after the restore",
+    );
+    no_write(&scaled_back(HPA_CONTROLLER, -1).0, "before the restore");
+    let (mut s, _) = scaled_back(HPA_CONTROLLER, 3);
+    let t = s.targets.get_mut(&key("checkout")).expect("target");
+    t.deployment.as_mut().expect("deployment").replicas = Some(7);
+    no_write(&s, "not the override's minimum");
+    let (mut s, _) = scaled_back(HPA_CONTROLLER, 3);
+    s.template.status.actions[0].original_replicas = None;
+    no_write(&s, "no record");
+    let (mut s, _) = scaled_back(HPA_CONTROLLER, 3);
+    let t = s.targets.get_mut(&key("checkout")).expect("target");
+    t.deployment.as_mut().expect("deployment").marks = foreign(true);
+    no_write(&s, "held by another template");
+    let (s, _) = scaled_back(HPA_CONTROLLER, 3);
+    let open = decide(&s, now());
+    assert!(
+        open.ops.iter().all(|o| o
+            .event
+            .as_ref()
+            .is_none_or(|e| e.reason != events::RESTORED_AGAIN)),
+        "a window open again applies its override instead"
+    );
+}
+
+/// Deleted right after a restore, a template keeps its finalizer, and so the record a
+/// scale-back would be undone from, for one HPA sync period after the autoscaler's restore.
+#[test]
+fn a_template_deleted_right_after_a_restore_keeps_its_finalizer_for_one_hpa_sync() {
+    let (mut s, restored) = scaled_back(field_manager::SCALING, 0);
+    let t = s.targets.get_mut(&key("checkout")).expect("target");
+    t.deployment.as_mut().expect("deployment").replicas = Some(3);
+    s.template.deleting = true;
+    s.template.has_finalizer = true;
+    let plan = decide(&s, restored + SignedDuration::from_secs(5));
+    assert!(plan.ops.is_empty());
+    assert_eq!(plan.finalizer, Finalizer::Keep);
+    assert_eq!(plan.requeue_at, restored + SCALE_BACK_SETTLE);
+    let later = decide(&s, restored + SCALE_BACK_SETTLE);
+    assert_eq!(later.finalizer, Finalizer::Remove);
 }

@@ -26,7 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::window::{self, ActiveWindow, WindowError, WindowInputs, WindowState};
 use crate::api::scaling::{
-    PlannedWindow, ScalingAction, ScalingTemplateStatus, WindowStatus, reasons,
+    ActionStatus, PlannedWindow, ScalingAction, ScalingTemplateStatus, WindowStatus, reasons,
 };
 
 mod apply;
@@ -55,6 +55,19 @@ pub const MAX_REAPPLIES: i32 = 3;
 pub const EXECUTIONS_KEPT: usize = 10;
 /// The slow safety resync: a template is looked at again at least this often.
 pub const RESYNC: SignedDuration = SignedDuration::from_mins(5);
+/// How long after the last write of an autoscaler's bounds a restore of its Deployment
+/// waits, at most, for a controller that is sure to act on them visibly (load sets
+/// [`Autoscaler::unobserved`] for that long): long enough for a kube-controller-manager
+/// whose watches backed off during an API server outage to catch up (seen here: 70–83 s
+/// after a 60 s outage), short enough that a controller that is not running does not hold
+/// the Deployment for good. Also how long after that write a scale-back of the restored
+/// Deployment by the HPA controller, still acting on the override's bounds, is undone.
+pub const OBSERVATION_LIMIT: SignedDuration = SignedDuration::from_mins(2);
+/// How long after an autoscaler's restore the template, if deleted, keeps its finalizer (and
+/// so the status's record of the original replicas): one HPA sync period
+/// (kube-controller-manager's default), after which an HPA controller that read the
+/// override's bounds before their restore has finished acting on them.
+pub const SCALE_BACK_SETTLE: SignedDuration = SignedDuration::from_secs(15);
 /// How soon a Deployment whose restore waits for its autoscaler is looked at again.
 pub const WAITING_RECHECK: SignedDuration = SignedDuration::from_secs(2);
 /// The message of an action whose autoscaler is restored and whose Deployment waits.
@@ -187,12 +200,18 @@ pub fn decide(snap: &Snapshot, now: Timestamp) -> Plan {
             now,
         ),
     };
+    // A template deleted right after a restore keeps its record (and its finalizer) while
+    // the HPA controller might still scale a restored Deployment back.
+    let settling = t.deleting.then(|| restore::settling(snap, now)).flatten();
     let finalizer = match (t.deleting, t.has_finalizer) {
-        (true, true) if ops.is_empty() && restores.waiting.is_empty() => Finalizer::Remove,
+        (true, true) if ops.is_empty() && restores.waiting.is_empty() && settling.is_none() => {
+            Finalizer::Remove
+        }
         (_, true) | (true, false) => Finalizer::Keep,
         (false, false) => Finalizer::Add,
     };
     let resync = now.saturating_add(RESYNC).unwrap_or(now);
+    let resync = settling.map_or(resync, |s| s.min(resync));
     // A Deployment waiting for its autoscaler is looked at again soon even if no change of
     // the autoscaler wakes the template.
     let resync = if restores.waiting.is_empty() {
@@ -240,8 +259,19 @@ fn plan_action(
     } else {
         state::PENDING
     };
+    let idle = |msg: String| {
+        let mut o = Outcome::new(&a.name, &key, idle_state, msg);
+        o.status.original_replicas = restores_to(snap, a, &key, prev);
+        o.ops.extend(restore::undo_scale_back(
+            snap,
+            a,
+            &key,
+            o.status.original_replicas,
+        ));
+        o
+    };
     match (&window.inputs, window.active) {
-        (Err((_, msg)), _) => Outcome::new(&a.name, &key, idle_state, msg.clone()),
+        (Err((_, msg)), _) => idle(msg.clone()),
         (Ok(_), Some(w)) => match holder_of.get(&key) {
             Some(holder) if *holder != a.name.as_str() => {
                 let msg = format!(
@@ -272,9 +302,25 @@ fn plan_action(
                 (false, Some(n)) => format!("waiting: {n}"),
                 (false, None) => "no window ahead".to_string(),
             };
-            Outcome::new(&a.name, &key, idle_state, msg)
+            idle(msg)
         }
     }
+}
+
+/// What the action's restore puts back ([`ActionStatus::original_replicas`]): the record on
+/// its Deployment while the action's override still marks it, else what the status holds.
+fn restores_to(
+    snap: &Snapshot,
+    a: &ScalingAction,
+    key: &TargetKey,
+    prev: Option<&ActionStatus>,
+) -> Option<i32> {
+    snap.targets
+        .get(key)
+        .and_then(|t| t.deployment.as_ref())
+        .filter(|d| outcome::is_ours_for(&d.marks, &snap.template.uid, &a.name))
+        .and_then(|d| d.original_replicas)
+        .or(prev.and_then(|p| p.original_replicas))
 }
 
 #[cfg(test)]

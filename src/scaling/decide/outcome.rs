@@ -31,6 +31,7 @@ impl Outcome {
                 applied_hash: None,
                 message: Some(message.into()),
                 reapplies: None,
+                original_replicas: None,
             },
             ops: Vec::new(),
             conflict: None,

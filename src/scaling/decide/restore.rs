@@ -2,21 +2,27 @@
 //! Deployment second. Only fields Moonin still owns (per `managedFields`) are restored, so
 //! a value someone else wrote in the meantime is never clobbered.
 //!
-//! The Deployment's replicas come back only once the autoscaler's controller has acted on
-//! the restored bounds (a later plan): restored together, an HPA controller still working
-//! from the override's minimum scales the Deployment right back up.
+//! The Deployment's replicas come back in the plan after its carrier's restore (the
+//! controller's own caches show the restored bounds by then, as the HPA controller's do),
+//! or once the HPA controller has acted on the restored bounds when it is sure to say so.
+//! If it scales the restored Deployment back all the same (its view still had the
+//! override's minimum), the Deployment is restored again ([`undo_scale_back`]), from the
+//! record the template's status has held since the window opened.
 
 use std::collections::BTreeMap;
 
 use serde_json::json;
 
+use jiff::Timestamp;
+
 use super::outcome::is_ours;
 use super::patch::{precondition, remove_annotations, set_field, show};
 use super::plan::{EventNote, ObjectKind, Op, Wave, Write};
-use super::snapshot::{Autoscaler, Marks, Snapshot, Target, TargetKey};
+use super::snapshot::{Autoscaler, Marks, Snapshot, Target, TargetKey, Workload};
+use super::{OBSERVATION_LIMIT, SCALE_BACK_SETTLE};
 use crate::api::{
     field_manager,
-    scaling::{events, keys},
+    scaling::{ScalingAction, events, keys},
 };
 
 /// What restoring the carriers of a target found, for the Deployment's restore.
@@ -33,12 +39,17 @@ struct Carriers {
     action: String,
 }
 
+/// Whether the template's status records what a Deployment's restore puts back, so that
+/// a scale-back after the restore can be undone ([`undo_scale_back`]).
+type Recorded<'a> = &'a dyn Fn(&Workload) -> bool;
+
 /// Reverts everything on `target` that `owned` says is to be released, in the order
 /// carrier first, Deployment second.
 pub(super) fn revert_target(
     key: &TargetKey,
     target: &Target,
     owned: &dyn Fn(&Marks) -> bool,
+    recorded: Recorded<'_>,
 ) -> Vec<Op> {
     let mut carriers = Carriers::default();
     for a in restored_carriers(target, owned) {
@@ -68,7 +79,9 @@ pub(super) fn revert_target(
         carriers.restored_bounds = Some(bounds);
         carriers.ops.push(op);
     }
-    let waits = !carriers.ops.is_empty() || target.autoscalers.iter().any(|a| a.unobserved);
+    let waits = !carriers.ops.is_empty()
+        || target.autoscalers.iter().any(|a| a.unobserved)
+        || target.deployment.as_ref().is_some_and(|d| !recorded(d));
     let mut ops = std::mem::take(&mut carriers.ops);
     ops.extend(restore_deployment(key, target, owned, carriers, waits));
     ops
@@ -87,11 +100,19 @@ fn restored_carriers<'a>(
 }
 
 /// Whether the Deployment of `target`, marked by an override `owned` releases, waits for a
-/// later plan: its carrier is restored now, or the restored bounds are not acted on yet.
-pub(super) fn deployment_waits(target: &Target, owned: &dyn Fn(&Marks) -> bool) -> bool {
-    target.deployment.as_ref().is_some_and(|d| owned(&d.marks))
-        && (restored_carriers(target, owned).next().is_some()
-            || target.autoscalers.iter().any(|a| a.unobserved))
+/// later plan: its carrier is restored now, the restored bounds are not acted on yet, or
+/// the status does not record its original replicas yet.
+pub(super) fn deployment_waits(
+    target: &Target,
+    owned: &dyn Fn(&Marks) -> bool,
+    recorded: Recorded<'_>,
+) -> bool {
+    target.deployment.as_ref().is_some_and(|d| {
+        owned(&d.marks)
+            && (restored_carriers(target, owned).next().is_some()
+                || target.autoscalers.iter().any(|a| a.unobserved)
+                || !recorded(d))
+    })
 }
 
 /// Deletes a provisional HPA (it carries nothing else), guarded by UID and resourceVersion.
@@ -295,16 +316,19 @@ fn restore_deployment(
 /// object found later whose owner is gone).
 pub fn sweep(targets: &BTreeMap<TargetKey, Target>) -> Vec<Op> {
     let orphan = |m: &Marks| m.owner.is_some() && !m.owner_live;
+    // The template is gone: there is no status to record anything in.
     targets
         .iter()
-        .flat_map(|(key, target)| revert_target(key, target, &orphan))
+        .flat_map(|(key, target)| revert_target(key, target, &orphan, &|_| true))
         .collect()
 }
 
 /// Whether a swept target's Deployment waits for its autoscaler (see [`sweep`]).
 pub fn sweep_waits(targets: &BTreeMap<TargetKey, Target>) -> bool {
     let orphan = |m: &Marks| m.owner.is_some() && !m.owner_live;
-    targets.values().any(|t| deployment_waits(t, &orphan))
+    targets
+        .values()
+        .any(|t| deployment_waits(t, &orphan, &|_| true))
 }
 
 /// The restores a template's plan starts with: every target carrying its marks that no
@@ -316,6 +340,15 @@ pub(super) fn plan_restores(
     kept: &BTreeMap<TargetKey, &str>,
 ) -> Restores {
     let t = &snap.template;
+    let recorded = |d: &Workload| {
+        d.original_replicas.is_none()
+            || d.marks.owner.as_ref().is_some_and(|o| {
+                t.status
+                    .actions
+                    .iter()
+                    .any(|s| s.name == o.action && s.original_replicas == d.original_replicas)
+            })
+    };
     let mut waiting = Vec::new();
     let mut reverts: Vec<(i32, String, Vec<Op>)> = Vec::new();
     for (key, target) in &snap.targets {
@@ -329,8 +362,8 @@ pub(super) fn plan_restores(
                 .as_ref()
                 .is_some_and(|o| o.uid == t.uid && Some(o.action.as_str()) != keep)
         };
-        let ops = revert_target(key, target, &releasable);
-        if deployment_waits(target, &releasable) {
+        let ops = revert_target(key, target, &releasable, &recorded);
+        if deployment_waits(target, &releasable, &recorded) {
             waiting.extend(
                 target
                     .deployment
@@ -387,5 +420,92 @@ pub(super) fn replaced_provisional(
         deployment: None,
         autoscalers: vec![provisional.clone()],
     };
-    revert_target(key, &only, &|m| is_ours(m, uid))
+    revert_target(key, &only, &|m| is_ours(m, uid), &|_| true)
+}
+
+/// Until when a deleted template waits before its finalizer goes, if an action's Deployment
+/// was restored (the status records its original replicas) less than [`SCALE_BACK_SETTLE`]
+/// after its autoscaler's restore: until then the HPA controller may still scale it back.
+pub(super) fn settling(snap: &Snapshot, now: Timestamp) -> Option<Timestamp> {
+    let t = &snap.template;
+    t.actions
+        .iter()
+        .filter(|a| {
+            t.status
+                .actions
+                .iter()
+                .any(|s| s.name == a.name && s.original_replicas.is_some())
+        })
+        .filter_map(|a| {
+            let target = snap.targets.get(&t.target_key(a))?;
+            target.deployment.as_ref()?;
+            let carrier = target
+                .autoscalers
+                .iter()
+                .find(|c| !c.provisional && c.keda_owner.is_none())?;
+            carrier.bounds_written?.checked_add(SCALE_BACK_SETTLE).ok()
+        })
+        .filter(|until| *until > now)
+        .max()
+}
+
+/// The field manager of kube-controller-manager, whose HPA controller scales Deployments.
+pub const HPA_CONTROLLER: &str = "kube-controller-manager";
+
+/// The Deployment of an idle action restored again, if the HPA controller scaled it back
+/// after its restore: it carries no marks, the HPA controller set its replicas to the
+/// override's minimum within [`OBSERVATION_LIMIT`] of the last write of the bounds (the
+/// restore), and `recorded` (what the restore put back, from the status) differs. An HPA
+/// controller acting on the restored bounds would not do that, save with metrics asking for
+/// exactly that minimum; such a scale is undone for those two minutes at most.
+pub(super) fn undo_scale_back(
+    snap: &Snapshot,
+    a: &ScalingAction,
+    key: &TargetKey,
+    recorded: Option<i32>,
+) -> Option<Op> {
+    let target = snap.targets.get(key)?;
+    let d = target.deployment.as_ref()?;
+    let carrier = target
+        .autoscalers
+        .iter()
+        .find(|c| !c.provisional && c.keda_owner.is_none())?;
+    let (manager, scaled) = d.replicas_set_by.as_ref()?;
+    let written = carrier.bounds_written?;
+    let recent = scaled >= &written && scaled.duration_since(written) < OBSERVATION_LIMIT;
+    let scaled_back = manager == HPA_CONTROLLER && d.replicas() == a.min_replicas;
+    if !(recent && scaled_back) || d.marks.owner.is_some() || carrier.marks.owner.is_some() {
+        return None;
+    }
+    let restore = recorded?
+        .max(carrier.min.unwrap_or(1))
+        .min(carrier.max.unwrap_or(i32::MAX));
+    if restore == d.replicas() {
+        return None;
+    }
+    let mut patch = precondition(
+        &d.marks,
+        &[keys::OWNER],
+        &[("/spec/replicas".to_string(), d.replicas)],
+    );
+    patch.push(json!({"op": "add", "path": "/spec/replicas", "value": restore}));
+    Some(Op {
+        action: a.name.clone(),
+        namespace: key.namespace.clone(),
+        name: d.name.clone(),
+        write: Write::Patch {
+            kind: ObjectKind::Deployment,
+            ops: patch,
+        },
+        event: Some(EventNote::normal(
+            events::RESTORED_AGAIN,
+            format!(
+                "{}: the HPA controller scaled Deployment {key} back to the override's minimum {} after its restore; replicas {} -> {restore}",
+                a.name,
+                a.min_replicas,
+                d.replicas()
+            ),
+        )),
+        wave: Wave::default(),
+    })
 }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::api::scaling::{ScalingAction, ScalingTemplateStatus, WindowSpec};
@@ -164,6 +165,9 @@ pub struct Autoscaler {
     /// that HPA in the same state): a restore of the Deployment waits, or the controller,
     /// acting on the old bounds, could scale it right back.
     pub unobserved: bool,
+    /// When the bounds the HPA controller acts on were last written (from `managedFields`,
+    /// whole seconds): the HPA's, or for a ScaledObject its KEDA HPA's.
+    pub bounds_written: Option<Timestamp>,
 }
 
 /// The Deployment an action scales.
@@ -179,6 +183,9 @@ pub struct Workload {
     pub marks: Marks,
     /// `moonin.io/original-replicas`.
     pub original_replicas: Option<i32>,
+    /// The field manager that last set `spec.replicas`, and when (from `managedFields`,
+    /// whole seconds).
+    pub replicas_set_by: Option<(String, Timestamp)>,
 }
 
 impl Workload {

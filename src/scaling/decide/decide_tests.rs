@@ -835,20 +835,35 @@ fn restore_tests_the_records_it_restores_from_and_the_bounds_it_read() {
     );
     let hpa = &s.targets[&key("checkout")].autoscalers[0];
     let read = |k: &str| Value::String(hpa.marks.read[k].clone());
+    let dep = s.targets[&key("checkout")]
+        .deployment
+        .as_ref()
+        .expect("deployment");
+    let read_dep = |k: &str| Value::String(dep.marks.read[k].clone());
     let guards: Vec<Vec<Value>> = patches(&s, after_window())
         .into_iter()
         .map(|(_, _, ops)| guard_of(&ops).to_vec())
         .collect();
     assert_eq!(
         guards,
-        vec![vec![
-            test_op(&ann(keys::OWNER), read(keys::OWNER)),
-            test_op(&ann(keys::ORIGINAL), read(keys::ORIGINAL)),
-            test_op(&ann(keys::APPLIED_HASH), read(keys::APPLIED_HASH)),
-            test_op("/spec/minReplicas", 10),
-            test_op("/spec/maxReplicas", 30),
-        ]],
-        "the Deployment waits for the HPA controller"
+        vec![
+            vec![
+                test_op(&ann(keys::OWNER), read(keys::OWNER)),
+                test_op(&ann(keys::ORIGINAL), read(keys::ORIGINAL)),
+                test_op(&ann(keys::APPLIED_HASH), read(keys::APPLIED_HASH)),
+                test_op("/spec/minReplicas", 10),
+                test_op("/spec/maxReplicas", 30),
+            ],
+            vec![
+                test_op(&ann(keys::OWNER), read_dep(keys::OWNER)),
+                test_op(
+                    &ann(keys::ORIGINAL_REPLICAS),
+                    read_dep(keys::ORIGINAL_REPLICAS)
+                ),
+                test_op("/spec/replicas", 10),
+            ],
+        ],
+        "the HPA, then its Deployment"
     );
 }
 
@@ -1150,13 +1165,21 @@ fn override_of_a_deleted_template_waits_for_restore_and_sweep_reverts_it() {
     );
     assert_cond(&plan.status, "Conflict", false, "NoConflict", "");
 
-    // The autoscaler first; the Deployment once its controller has acted on that.
+    // The autoscaler first, then its Deployment.
     let mut after = s.clone();
-    let mut swept = sweep(&after.targets);
-    assert!(sweep_waits(&after.targets));
-    play(&mut after, &swept);
+    let swept = sweep(&after.targets);
     assert!(!sweep_waits(&after.targets));
-    swept.extend(sweep(&after.targets));
+    play(&mut after, &swept);
+    assert_eq!(sweep(&after.targets), vec![]);
+    let mut outside = s.clone();
+    if let Some(t) = outside.targets.get_mut(&key("checkout")) {
+        t.autoscalers[0].original = Some(original(AutoscalerKind::Hpa, Some(2), Some(5), Some(3)));
+    }
+    assert!(
+        sweep_waits(&outside.targets),
+        "restored bounds below the Deployment: the HPA controller rescales it first"
+    );
+    assert_eq!(sweep(&outside.targets).len(), 1);
     assert_eq!(
         writes(&swept),
         vec![
@@ -1547,12 +1570,16 @@ fn after_window() -> Timestamp {
     ts("2026-11-30T19:00:00Z")
 }
 
+/// Restored bounds that leave the Deployment's replicas outside (HPA 2..5 before the window,
+/// Deployment at 10) make the HPA controller rescale it: its restore waits for that.
 #[test]
 fn a_restore_waiting_for_the_autoscaler_leaves_the_status_to_the_deployments_restore() {
     let a = checkout();
     let mut tv = template(vec![a.clone()]);
     tv.status = applied_status();
-    let s = snap(tv, vec![("checkout", applied_target(&a))]);
+    let mut target = applied_target(&a);
+    target.autoscalers[0].original = Some(original(AutoscalerKind::Hpa, Some(2), Some(5), Some(3)));
+    let s = snap(tv, vec![("checkout", target)]);
     let first = decide(&s, after_window());
     assert_eq!(first.ops.len(), 1, "the HPA alone: {:#?}", first.ops);
     assert!(
@@ -1644,24 +1671,27 @@ fn window_end_restores_exact_originals_and_closes_the_execution() {
     assert_eq!(plan.finalizer, Finalizer::Keep);
 }
 
-/// Restored in one go, an HPA controller still working from the override's minimum can
-/// scale the Deployment right back up: the Deployment's replicas come back only once the
-/// autoscaler is restored and its controller has acted on that.
+/// Restored bounds that leave the Deployment's replicas outside (HPA 2..5 before the window,
+/// the Deployment at 10) make the HPA controller rescale it: the Deployment's replicas come
+/// back only once the autoscaler is restored and its controller has acted on that.
 #[test]
 fn the_deployment_waits_for_its_autoscaler_before_its_replicas_come_back() {
-    let mut s = snap(
-        template(vec![checkout()]),
-        vec![("checkout", applied_target(&checkout()))],
-    );
+    let mut target = applied_target(&checkout());
+    target.autoscalers[0].original = Some(original(AutoscalerKind::Hpa, Some(2), Some(5), Some(3)));
+    let mut s = snap(template(vec![checkout()]), vec![("checkout", target)]);
     s.template.status = applied_status();
     s.template.deleting = true;
     s.template.has_finalizer = true;
-    let mut revert = revert_of_applied().into_iter();
+    let revert = revert_of_applied().into_iter().skip(1);
     let first = decide(&s, after_window());
-    assert_eq!(
-        writes(&first.ops),
-        revert.next().into_iter().collect::<Vec<_>>()
-    );
+    assert_eq!(first.ops.len(), 1, "{:#?}", first.ops);
+    assert!(matches!(
+        &first.ops[0].write,
+        Write::Patch {
+            kind: ObjectKind::Hpa,
+            ..
+        }
+    ));
     assert_eq!(states(&first.status), vec![("checkout", "Reverted")]);
     assert_cond(
         &first.status,
@@ -1814,14 +1844,13 @@ fn reverts_follow_priority_down_and_applies_priority_up() {
         .iter()
         .map(|o| (o.action.as_str(), o.name.as_str()))
         .collect();
-    // Reverts by priorityDown: the autoscalers, then (once their controller has acted) the
-    // Deployments.
+    // Reverts by priorityDown, each autoscaler then its Deployment.
     assert_eq!(
         order,
         vec![
             ("alpha", "zeta"),
-            ("beta", "alpha-dep"),
             ("alpha", "zeta"),
+            ("beta", "alpha-dep"),
             ("beta", "alpha-dep"),
         ]
     );
@@ -1895,13 +1924,11 @@ fn action_removed_mid_window_is_reverted() {
     );
     let plan = decide_through_restore(&s, now());
     let w = writes(&plan.ops);
-    // The old target's autoscaler, the new one's override, then (once its autoscaler's
-    // controller acted) the old target's Deployment.
+    // The old target's autoscaler and Deployment, then the new one's override.
     let revert = revert_of_applied();
-    assert_eq!(w[0], revert[0]);
+    assert_eq!(w[..2], revert[..]);
     assert_eq!(plan.ops[0].action, "checkout");
-    assert!(matches!(&w[1], (n, W::Patch(ObjectKind::Hpa, _)) if n == "shop/web"));
-    assert_eq!(w[2], revert[1]);
+    assert!(matches!(&w[2], (n, W::Patch(ObjectKind::Hpa, _)) if n == "shop/web"));
     assert_eq!(w.len(), 3, "{w:#?}");
     assert_eq!(states(&plan.status), vec![("web", "Applied")]);
 }
@@ -1925,9 +1952,9 @@ fn action_retargeted_mid_window_reverts_the_old_target() {
     let plan = decide_through_restore(&s, now());
     let w = writes(&plan.ops);
     let revert = revert_of_applied();
-    assert_eq!((&w[0], &w[3]), (&revert[0], &revert[1]));
+    assert_eq!(w[..2], revert[..]);
     assert_eq!(w.len(), 4, "{w:#?}");
-    assert!(w[1..3].iter().all(|(n, _)| n == "shop/checkout-v2"));
+    assert!(w[2..].iter().all(|(n, _)| n == "shop/checkout-v2"));
 }
 
 /// Renaming an action mid-window: the old action's override is reverted in this
@@ -3136,8 +3163,8 @@ proptest! {
 // ---------------------------------------------------------------------------------------
 // After the restore: the record in the status, and a scale-back undone.
 
-/// The close restores the Deployment in the plan after its HPA's (no wait for an HPA
-/// controller that may never say it acted), and the status keeps what it put back.
+/// The close restores the Deployment right after its HPA, in the same plan (no wait for an
+/// HPA controller that may never say it acted), and the status keeps what it put back.
 #[test]
 fn the_deployment_follows_its_hpa_and_the_status_keeps_its_original_replicas() {
     let a = checkout();
@@ -3145,24 +3172,20 @@ fn the_deployment_follows_its_hpa_and_the_status_keeps_its_original_replicas() {
         template(vec![a.clone()]),
         vec![("checkout", applied_target(&a))],
     );
-    let first = decide(&s, after_window());
-    assert_eq!(writes(&first.ops)[0].1, revert_of_applied()[0].1);
-    assert_eq!(first.ops.len(), 1);
-    assert!(first.defer_status, "one status write per close");
-    play(&mut s, &first.ops);
-    let second = decide(&s, after_window());
-    assert_eq!(writes(&second.ops), revert_of_applied().split_off(1));
-    assert!(!second.defer_status);
-    let st = act(&second.status, "checkout");
+    let plan = decide(&s, after_window());
+    assert_eq!(writes(&plan.ops), revert_of_applied());
+    assert!(plan.ops.iter().all(|o| o.action == "checkout"), "in order");
+    assert!(!plan.defer_status, "one status write per close");
+    let st = act(&plan.status, "checkout");
     assert_eq!(
         (st.state.as_str(), st.original_replicas),
         ("Reverted", Some(3))
     );
-    play(&mut s, &second.ops);
-    s.template.status = second.status.clone();
+    play(&mut s, &plan.ops);
+    s.template.status = plan.status.clone();
     let idle = decide(&s, after_window());
     assert!(idle.ops.is_empty());
-    assert_eq!(idle.status, second.status, "nothing more to write");
+    assert_eq!(idle.status, plan.status, "nothing more to write");
 }
 
 /// A crash before the open's status write leaves the original replicas only on the

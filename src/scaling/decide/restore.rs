@@ -2,12 +2,13 @@
 //! Deployment second. Only fields Moonin still owns (per `managedFields`) are restored, so
 //! a value someone else wrote in the meantime is never clobbered.
 //!
-//! The Deployment's replicas come back in the plan after its carrier's restore (the
-//! controller's own caches show the restored bounds by then, as the HPA controller's do),
-//! or once the HPA controller has acted on the restored bounds when it is sure to say so.
-//! If it scales the restored Deployment back all the same (its view still had the
-//! override's minimum), the Deployment is restored again ([`undo_scale_back`]), from the
-//! record the template's status has held since the window opened.
+//! The Deployment's replicas come back right after its HPA's restore, the same action's
+//! next write in the same plan; they wait for a later plan only when the autoscaler's
+//! controller must act first and will say so (a ScaledObject, whose HPA KEDA rewrites; bounds
+//! that leave the Deployment outside, which the HPA controller must rescale). If the HPA
+//! controller, its view still holding the override's minimum, scales the restored Deployment
+//! back, the Deployment is restored again ([`undo_scale_back`]) from the record the template's
+//! status has held since the window opened.
 
 use std::collections::BTreeMap;
 
@@ -18,7 +19,7 @@ use jiff::Timestamp;
 use super::outcome::is_ours;
 use super::patch::{precondition, remove_annotations, set_field, show};
 use super::plan::{EventNote, ObjectKind, Op, Wave, Write};
-use super::snapshot::{Autoscaler, Marks, Snapshot, Target, TargetKey, Workload};
+use super::snapshot::{Autoscaler, AutoscalerKind, Marks, Snapshot, Target, TargetKey, Workload};
 use super::{OBSERVATION_LIMIT, SCALE_BACK_SETTLE};
 use crate::api::{
     field_manager,
@@ -37,6 +38,11 @@ struct Carriers {
     raised_by_override: bool,
     /// The action the carrier held.
     action: String,
+    /// A restored carrier the Deployment's restore must see acted on first, so it goes in a
+    /// later plan: a deleted provisional HPA, a ScaledObject (KEDA carries its bounds to its
+    /// HPA), bounds that leave the Deployment's replicas outside (the HPA controller must
+    /// rescale it), or restore data that cannot be read.
+    hold: bool,
 }
 
 /// Whether the template's status records what a Deployment's restore puts back, so that
@@ -44,17 +50,21 @@ struct Carriers {
 type Recorded<'a> = &'a dyn Fn(&Workload) -> bool;
 
 /// Reverts everything on `target` that `owned` says is to be released, in the order
-/// carrier first, Deployment second.
+/// carrier first, Deployment second (in the same plan when the HPA controller need not act
+/// first, as one action's writes in order). Also says whether the Deployment, marked by an
+/// override `owned` releases, waits for a later plan.
 pub(super) fn revert_target(
     key: &TargetKey,
     target: &Target,
     owned: &dyn Fn(&Marks) -> bool,
     recorded: Recorded<'_>,
-) -> Vec<Op> {
+) -> (Vec<Op>, bool) {
     let mut carriers = Carriers::default();
+    let replicas = target.deployment.as_ref().map(Workload::replicas);
     for a in restored_carriers(target, owned) {
         // Never drop restore data that cannot be read: decide reports it instead.
         if a.marks.unreadable.is_some() {
+            carriers.hold = true;
             continue;
         }
         let action = a
@@ -72,19 +82,28 @@ pub(super) fn revert_target(
                 .is_some_and(|(r, m)| m > r);
         }
         if a.provisional {
+            carriers.hold = true;
             carriers.ops.push(delete_provisional(key, a, action));
             continue;
         }
         let (op, bounds) = restore_autoscaler(key, a, action);
+        let inside =
+            replicas.is_some_and(|r| r >= bounds.0.unwrap_or(1) && r <= bounds.1.unwrap_or(r));
+        carriers.hold |= a.kind == AutoscalerKind::ScaledObject || !inside;
         carriers.restored_bounds = Some(bounds);
         carriers.ops.push(op);
     }
-    let waits = !carriers.ops.is_empty()
+    let dep = target.deployment.as_ref();
+    let other_action = dep
+        .and_then(|d| d.marks.owner.as_ref())
+        .is_some_and(|o| !carriers.ops.is_empty() && o.action != carriers.action);
+    let waits = carriers.hold
+        || other_action
         || target.autoscalers.iter().any(|a| a.unobserved)
-        || target.deployment.as_ref().is_some_and(|d| !recorded(d));
+        || dep.is_some_and(|d| !recorded(d));
     let mut ops = std::mem::take(&mut carriers.ops);
     ops.extend(restore_deployment(key, target, owned, carriers, waits));
-    ops
+    (ops, waits && dep.is_some_and(|d| owned(&d.marks)))
 }
 
 /// The autoscalers of `target` whose override `owned` releases (KEDA copies a ScaledObject's
@@ -97,22 +116,6 @@ fn restored_carriers<'a>(
         .autoscalers
         .iter()
         .filter(move |a| owned(&a.marks) && a.keda_owner.is_none())
-}
-
-/// Whether the Deployment of `target`, marked by an override `owned` releases, waits for a
-/// later plan: its carrier is restored now, the restored bounds are not acted on yet, or
-/// the status does not record its original replicas yet.
-pub(super) fn deployment_waits(
-    target: &Target,
-    owned: &dyn Fn(&Marks) -> bool,
-    recorded: Recorded<'_>,
-) -> bool {
-    target.deployment.as_ref().is_some_and(|d| {
-        owned(&d.marks)
-            && (restored_carriers(target, owned).next().is_some()
-                || target.autoscalers.iter().any(|a| a.unobserved)
-                || !recorded(d))
-    })
 }
 
 /// Deletes a provisional HPA (it carries nothing else), guarded by UID and resourceVersion.
@@ -319,7 +322,7 @@ pub fn sweep(targets: &BTreeMap<TargetKey, Target>) -> Vec<Op> {
     // The template is gone: there is no status to record anything in.
     targets
         .iter()
-        .flat_map(|(key, target)| revert_target(key, target, &orphan, &|_| true))
+        .flat_map(|(key, target)| revert_target(key, target, &orphan, &|_| true).0)
         .collect()
 }
 
@@ -327,8 +330,8 @@ pub fn sweep(targets: &BTreeMap<TargetKey, Target>) -> Vec<Op> {
 pub fn sweep_waits(targets: &BTreeMap<TargetKey, Target>) -> bool {
     let orphan = |m: &Marks| m.owner.is_some() && !m.owner_live;
     targets
-        .values()
-        .any(|t| deployment_waits(t, &orphan, &|_| true))
+        .iter()
+        .any(|(key, t)| revert_target(key, t, &orphan, &|_| true).1)
 }
 
 /// The restores a template's plan starts with: every target carrying its marks that no
@@ -362,8 +365,8 @@ pub(super) fn plan_restores(
                 .as_ref()
                 .is_some_and(|o| o.uid == t.uid && Some(o.action.as_str()) != keep)
         };
-        let ops = revert_target(key, target, &releasable, &recorded);
-        if deployment_waits(target, &releasable, &recorded) {
+        let (ops, waits) = revert_target(key, target, &releasable, &recorded);
+        if waits {
             waiting.extend(
                 target
                     .deployment
@@ -420,7 +423,7 @@ pub(super) fn replaced_provisional(
         deployment: None,
         autoscalers: vec![provisional.clone()],
     };
-    revert_target(key, &only, &|m| is_ours(m, uid), &|_| true)
+    revert_target(key, &only, &|m| is_ours(m, uid), &|_| true).0
 }
 
 /// Until when a deleted template waits before its finalizer goes, if an action's Deployment

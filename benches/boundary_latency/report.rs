@@ -282,7 +282,7 @@ impl Report {
                     "| *spec-write floor, {edge}: the window's own {} spec writes sent by this benchmark (the controllers react{})* | {} | {:.0} | {:.0} | {:.0} | {:.0} | — |",
                     2 * n,
                     if edge == "close" {
-                        "; the autoscaler first, the Deployment once the HPA controller has acted on it"
+                        "; the autoscaler first, then the Deployment, as Moonin does (after the HPA controller has acted when it must rescale)"
                     } else {
                         ""
                     },

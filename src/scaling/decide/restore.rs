@@ -295,24 +295,39 @@ fn restore_deployment(
         .as_ref()
         .map(|o| o.action.clone())
         .unwrap_or(carriers.action);
-    Some(Op {
-        action: action.clone(),
+    let note = format!(
+        "{action}: Deployment {key} replicas {} -> {}",
+        d.replicas(),
+        target_replicas.map_or_else(|| "unchanged".to_string(), |r| r.to_string())
+    );
+    Some(deployment_op(
+        action,
+        key,
+        d,
+        patch,
+        EventNote::normal(events::REVERTED, note),
+    ))
+}
+
+/// A patch of the Deployment `d` of `key` for `action`, reported by `event`.
+fn deployment_op(
+    action: String,
+    key: &TargetKey,
+    d: &Workload,
+    ops: Vec<serde_json::Value>,
+    event: EventNote,
+) -> Op {
+    Op {
+        action,
         namespace: key.namespace.clone(),
         name: d.name.clone(),
         write: Write::Patch {
             kind: ObjectKind::Deployment,
-            ops: patch,
+            ops,
         },
-        event: Some(EventNote::normal(
-            events::REVERTED,
-            format!(
-                "{action}: Deployment {key} replicas {} -> {}",
-                d.replicas(),
-                target_replicas.map_or_else(|| "unchanged".to_string(), |r| r.to_string())
-            ),
-        )),
+        event: Some(event),
         wave: Wave::default(),
-    })
+    }
 }
 
 /// Reverts overrides whose owner template no longer exists (the startup sweep, and any
@@ -492,23 +507,17 @@ pub(super) fn undo_scale_back(
         &[("/spec/replicas".to_string(), d.replicas)],
     );
     patch.push(json!({"op": "add", "path": "/spec/replicas", "value": restore}));
-    Some(Op {
-        action: a.name.clone(),
-        namespace: key.namespace.clone(),
-        name: d.name.clone(),
-        write: Write::Patch {
-            kind: ObjectKind::Deployment,
-            ops: patch,
-        },
-        event: Some(EventNote::normal(
-            events::RESTORED_AGAIN,
-            format!(
-                "{}: the HPA controller scaled Deployment {key} back to the override's minimum {} after its restore; replicas {} -> {restore}",
-                a.name,
-                a.min_replicas,
-                d.replicas()
-            ),
-        )),
-        wave: Wave::default(),
-    })
+    let note = format!(
+        "{}: the HPA controller scaled Deployment {key} back to the override's minimum {} after its restore; replicas {} -> {restore}",
+        a.name,
+        a.min_replicas,
+        d.replicas()
+    );
+    Some(deployment_op(
+        a.name.clone(),
+        key,
+        d,
+        patch,
+        EventNote::normal(events::RESTORED_AGAIN, note),
+    ))
 }

@@ -30,6 +30,8 @@ pub const CATEGORY: &str = "moonin";
 
 /// Field managers: who wrote what, as `managedFields` shows it.
 pub mod field_manager {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+
     /// The manager's own writes to Moonin objects (status, child objects).
     pub const MANAGER: &str = "moonin-manager";
     /// Fields the scaling controller takes over on a workload or autoscaler.
@@ -42,6 +44,27 @@ pub mod field_manager {
     pub const SANDBOX_AUTOSCALER: &str = "moonin-sandbox-autoscaler";
     /// Objects published by discovery.
     pub const DISCOVERY: &str = "moonin-discovery";
+
+    /// Whether `entry` owns the top-level spec field `field` (e.g. `replicas`, `template`):
+    /// `f:spec` holds `f:<field>` in its FieldsV1.
+    pub fn owns_spec(entry: &ManagedFieldsEntry, field: &str) -> bool {
+        entry
+            .fields_v1
+            .as_ref()
+            .and_then(|f| f.0.get("f:spec"))
+            .is_some_and(|s| s.get(format!("f:{field}")).is_some())
+    }
+
+    /// The `managedFields` entries of `meta` that own the spec field `field`.
+    pub fn spec_owners<'a>(
+        meta: &'a ObjectMeta,
+        field: &'a str,
+    ) -> impl Iterator<Item = &'a ManagedFieldsEntry> + 'a {
+        meta.managed_fields
+            .iter()
+            .flatten()
+            .filter(move |m| owns_spec(m, field))
+    }
 }
 
 /// Every CRD, in a stable order: the source of `moonin crds` and of `crds/`.

@@ -13,6 +13,7 @@ use k8s_openapi::api::{
 };
 use kube::ResourceExt;
 
+use crate::api::field_manager;
 use crate::api::keda::ScaledObject;
 
 /// Labels that place a Node: region, zone, instance type (current and legacy keys).
@@ -172,35 +173,12 @@ pub fn deployment(d: &Deployment) -> DeploymentView {
     let spec = d.spec.as_ref();
     let status = d.status.as_ref();
     let template = spec.and_then(|s| s.template.spec.as_ref());
-    let managers = |field: &str| -> Vec<(String, Option<Timestamp>)> {
-        d.metadata
-            .managed_fields
-            .iter()
-            .flatten()
-            .filter(|m| {
-                m.fields_v1
-                    .as_ref()
-                    .and_then(|f| f.0.get("f:spec"))
-                    .is_some_and(|s| s.get(field).is_some())
-            })
-            .filter_map(|m| Some((m.manager.clone()?, m.time.as_ref().map(|t| t.0))))
-            .collect()
-    };
-    let mut replicas_managers: Vec<String> =
-        managers("f:replicas").into_iter().map(|(m, _)| m).collect();
+    let mut replicas_managers: Vec<String> = field_manager::spec_owners(&d.metadata, "replicas")
+        .filter_map(|m| m.manager.clone())
+        .collect();
     replicas_managers.sort();
     replicas_managers.dedup();
-    let template_manager = d
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|m| {
-            m.fields_v1
-                .as_ref()
-                .and_then(|f| f.0.get("f:spec"))
-                .is_some_and(|s| s.get("f:template").is_some())
-        })
+    let template_manager = field_manager::spec_owners(&d.metadata, "template")
         .filter_map(|m| {
             Some((
                 m.time.as_ref().map(|t| t.0),

@@ -89,14 +89,8 @@ pub fn group_of(env: &SandboxEnv, name: &str) -> Option<ScalingGroup> {
 
 /// Whether `manager` owns `spec.replicas` of a Pool (from its managedFields).
 pub fn owns_replicas(pool: &SandboxPool, manager: &str) -> bool {
-    pool.metadata.managed_fields.iter().flatten().any(|m| {
-        m.manager.as_deref() == Some(manager)
-            && m.fields_v1.as_ref().is_some_and(|f| {
-                f.0.get("f:spec")
-                    .and_then(|s| s.get("f:replicas"))
-                    .is_some()
-            })
-    })
+    crate::api::field_manager::spec_owners(&pool.metadata, "replicas")
+        .any(|m| m.manager.as_deref() == Some(manager))
 }
 
 /// Decides the Pools of one Env.

@@ -180,11 +180,8 @@ fn spec_managers(meta: &ObjectMeta, fields: &[&str]) -> BTreeMap<String, String>
         let Some(manager) = &entry.manager else {
             continue;
         };
-        let Some(spec) = entry.fields_v1.as_ref().and_then(|f| f.0.get("f:spec")) else {
-            continue;
-        };
         for f in fields {
-            if spec.get(format!("f:{f}")).is_some() {
+            if field_manager::owns_spec(entry, f) {
                 out.insert((*f).to_string(), manager.clone());
             }
         }
@@ -253,16 +250,7 @@ fn moonin_wrote(meta: &ObjectMeta) -> Option<Timestamp> {
 /// The `managedFields` entry of the field manager that last set `spec.replicas` (the latest
 /// of those that own it).
 fn replicas_entry(meta: &ObjectMeta) -> Option<&ManagedFieldsEntry> {
-    meta.managed_fields
-        .iter()
-        .flatten()
-        .filter(|m| {
-            m.fields_v1
-                .as_ref()
-                .and_then(|f| f.0.get("f:spec"))
-                .is_some_and(|s| s.get("f:replicas").is_some())
-        })
-        .max_by_key(|m| m.time.as_ref().map(|t| t.0))
+    field_manager::spec_owners(meta, "replicas").max_by_key(|m| m.time.as_ref().map(|t| t.0))
 }
 
 /// The field manager that last set `spec.replicas`, and when, from `managedFields`.

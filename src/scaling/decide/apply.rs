@@ -163,11 +163,7 @@ fn guard<'a>(
             )));
         }
     }
-    let real: Vec<&Autoscaler> = target
-        .autoscalers
-        .iter()
-        .filter(|a| a.keda_owner.is_none() && !a.provisional)
-        .collect();
+    let real: Vec<&Autoscaler> = target.own_autoscalers().collect();
     if real.len() > 1 {
         let names: Vec<String> = real
             .iter()

@@ -260,13 +260,9 @@ fn restore_deployment(
         return None;
     }
     // Restored in an earlier plan, the carrier holds the restored bounds now.
-    let bounds = carriers.restored_bounds.or_else(|| {
-        target
-            .autoscalers
-            .iter()
-            .find(|a| !a.provisional && a.keda_owner.is_none())
-            .map(|a| (a.min, a.max))
-    });
+    let bounds = carriers
+        .restored_bounds
+        .or_else(|| target.carrier().map(|a| (a.min, a.max)));
     let clamp = |r: i32| match bounds {
         Some((lo, hi)) => r.max(lo.unwrap_or(r)).min(hi.unwrap_or(r)),
         None => r,
@@ -457,10 +453,7 @@ pub(super) fn settling(snap: &Snapshot, now: Timestamp) -> Option<Timestamp> {
         .filter_map(|a| {
             let target = snap.targets.get(&t.target_key(a))?;
             target.deployment.as_ref()?;
-            let carrier = target
-                .autoscalers
-                .iter()
-                .find(|c| !c.provisional && c.keda_owner.is_none())?;
+            let carrier = target.carrier()?;
             carrier.bounds_written?.checked_add(SCALE_BACK_SETTLE).ok()
         })
         .filter(|until| *until > now)
@@ -484,10 +477,7 @@ pub(super) fn undo_scale_back(
 ) -> Option<Op> {
     let target = snap.targets.get(key)?;
     let d = target.deployment.as_ref()?;
-    let carrier = target
-        .autoscalers
-        .iter()
-        .find(|c| !c.provisional && c.keda_owner.is_none())?;
+    let carrier = target.carrier()?;
     let (manager, scaled) = d.replicas_set_by.as_ref()?;
     let written = carrier.bounds_written?;
     let recent = scaled >= &written && scaled.duration_since(written) < OBSERVATION_LIMIT;

@@ -218,6 +218,21 @@ pub struct Target {
     pub autoscalers: Vec<Autoscaler>,
 }
 
+impl Target {
+    /// The autoscalers the workload's owners wrote: neither a provisional HPA of Moonin's
+    /// nor the HPA KEDA made for a ScaledObject.
+    pub fn own_autoscalers(&self) -> impl Iterator<Item = &Autoscaler> {
+        self.autoscalers
+            .iter()
+            .filter(|a| !a.provisional && a.keda_owner.is_none())
+    }
+
+    /// The autoscaler that carries an override: the first of [`Self::own_autoscalers`].
+    pub fn carrier(&self) -> Option<&Autoscaler> {
+        self.own_autoscalers().next()
+    }
+}
+
 /// The template, as decide needs it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TemplateView {

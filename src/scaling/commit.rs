@@ -154,6 +154,14 @@ impl Writer {
             }
         };
         self.metrics.wrote(CONTROLLER, kind);
+        tracing::debug!(
+            object = %format_args!("{kind} {ns}/{}", op.name),
+            action = %op.action,
+            what = %describe(&op.write),
+            ok = result.is_ok(),
+            error = result.as_ref().err().map(crate::runtime::errors::brief).unwrap_or_default(),
+            "scaling write"
+        );
         match result {
             Ok(()) => Ok(Ok(())),
             Err(e) if is_conflict(&e) => {
@@ -509,6 +517,27 @@ pub fn kind_name(kind: ObjectKind) -> &'static str {
         ObjectKind::Hpa => "HorizontalPodAutoscaler",
         ObjectKind::ScaledObject => "ScaledObject",
         ObjectKind::Deployment => "Deployment",
+    }
+}
+
+/// A write in a few words for the debug log: the patch's paths and values (its tests
+/// included), or what is created or deleted.
+fn describe(write: &Write) -> String {
+    match write {
+        Write::Patch { ops, .. } => ops
+            .iter()
+            .map(|o| {
+                let verb = o["op"].as_str().unwrap_or("?");
+                let path = o["path"].as_str().unwrap_or("?");
+                match o.get("value") {
+                    Some(v) => format!("{verb} {path}={v}"),
+                    None => format!("{verb} {path}"),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        Write::CreateHpa(_) => "create provisional HPA".to_string(),
+        Write::DeleteHpa { .. } => "delete provisional HPA".to_string(),
     }
 }
 

@@ -409,6 +409,12 @@ pub fn impersonating_kubeconfig(user: &str) -> PathBuf {
     path
 }
 
+/// The `RUST_LOG` of the managers tests and benchmarks start: `MOONIN_E2E_LOG` when set
+/// (e.g. `info,moonin=debug` to see every scaling write), `info` otherwise.
+pub fn manager_log_filter() -> String {
+    std::env::var("MOONIN_E2E_LOG").unwrap_or_else(|_| "info".to_string())
+}
+
 impl Manager {
     /// Starts the built binary with `args` after `run`, on a free port, with JSON logs.
     pub async fn start(kubeconfig: &Path, identity: &str, args: &[&str]) -> Self {
@@ -426,7 +432,7 @@ impl Manager {
             ])
             .args(args)
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", manager_log_filter())
             .stdout(Stdio::null())
             .stderr(file)
             .spawn()

@@ -773,6 +773,8 @@ async fn manual_run_suspend_and_valid_until_revert_mid_window() {
     hpa_is(&rig, "s", 2, 5, true).await;
     hpa_is(&rig, "v", 2, 5, true).await;
     replicas_are(&rig, "s", 2).await;
+    // The HPA and Deployment writes land before the status that records them.
+    rig.phase("suspend-me", "Active").await;
     assert_eq!(
         rig.template_status("suspend-me").await["window"]["trigger"],
         "Manual"

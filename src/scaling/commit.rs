@@ -178,7 +178,9 @@ impl Writer {
         }
     }
 
-    /// Sends one JSON Patch and remembers the resourceVersion it returned.
+    /// Sends one JSON Patch and remembers the resourceVersion it returned. The API server
+    /// answers with the object's metadata only: neither it nor this process spends a
+    /// whole Deployment's encoding on an answer that is read for its resourceVersion.
     async fn patch(
         &self,
         kind: ObjectKind,
@@ -191,15 +193,15 @@ impl Writer {
         let meta: ObjectMeta = match kind {
             ObjectKind::Hpa => {
                 let api = Api::<HorizontalPodAutoscaler>::namespaced(client, ns);
-                api.patch(name, &p, &patch).await?.metadata
+                api.patch_metadata(name, &p, &patch).await?.metadata
             }
             ObjectKind::ScaledObject => {
                 let api = Api::<ScaledObject>::namespaced(client, ns);
-                api.patch(name, &p, &patch).await?.metadata
+                api.patch_metadata(name, &p, &patch).await?.metadata
             }
             ObjectKind::Deployment => {
                 let api = Api::<Deployment>::namespaced(client, ns);
-                api.patch(name, &p, &patch).await?.metadata
+                api.patch_metadata(name, &p, &patch).await?.metadata
             }
         };
         let rv = meta.resource_version.as_deref();

@@ -190,20 +190,15 @@ impl Writer {
     ) -> Result<(), kube::Error> {
         let (patch, p) = (Patch::Json::<()>(patch), Self::params());
         let client = self.client.clone();
-        let meta: ObjectMeta = match kind {
+        let meta = match kind {
             ObjectKind::Hpa => {
-                let api = Api::<HorizontalPodAutoscaler>::namespaced(client, ns);
-                api.patch_metadata(name, &p, &patch).await?.metadata
+                patch_meta::<HorizontalPodAutoscaler>(client, ns, name, &p, &patch).await
             }
             ObjectKind::ScaledObject => {
-                let api = Api::<ScaledObject>::namespaced(client, ns);
-                api.patch_metadata(name, &p, &patch).await?.metadata
+                patch_meta::<ScaledObject>(client, ns, name, &p, &patch).await
             }
-            ObjectKind::Deployment => {
-                let api = Api::<Deployment>::namespaced(client, ns);
-                api.patch_metadata(name, &p, &patch).await?.metadata
-            }
-        };
+            ObjectKind::Deployment => patch_meta::<Deployment>(client, ns, name, &p, &patch).await,
+        }?;
         let rv = meta.resource_version.as_deref();
         self.own.record(kind_name(kind), ns, name, rv);
         Ok(())
@@ -511,6 +506,25 @@ impl Writer {
         }
         Ok(done)
     }
+}
+
+/// Patches one namespaced object and returns its metadata, the only part of the answer read.
+async fn patch_meta<K>(
+    client: Client,
+    ns: &str,
+    name: &str,
+    params: &PatchParams,
+    patch: &Patch<()>,
+) -> Result<ObjectMeta, kube::Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api = Api::<K>::namespaced(client, ns);
+    Ok(api.patch_metadata(name, params, patch).await?.metadata)
 }
 
 /// The kind an op's patch goes to, as [`OwnWrites`] and the caches name it.

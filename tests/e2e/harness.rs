@@ -411,7 +411,7 @@ pub fn impersonating_kubeconfig(user: &str) -> PathBuf {
 
 /// The `RUST_LOG` of the managers tests and benchmarks start: `MOONIN_E2E_LOG` when set
 /// (e.g. `info,moonin=debug` to see every scaling write), `info` otherwise.
-pub fn manager_log_filter() -> String {
+fn manager_log_filter() -> String {
     std::env::var("MOONIN_E2E_LOG").unwrap_or_else(|_| "info".to_string())
 }
 

@@ -16,6 +16,7 @@ use kube::{
     core::object::HasStatus,
 };
 use serde_json::{Value, json};
+use tokio::sync::{Semaphore, SemaphorePermit, watch};
 
 use super::decide::{self, EventNote, Finalizer, ObjectKind, Op, Plan, Write};
 use super::load::Template;
@@ -58,9 +59,9 @@ pub struct Writer {
     /// Checked before every write.
     pub is_leader: std::sync::Arc<dyn Fn() -> bool + Send + Sync>,
     /// Bounds the requests in flight, shared by every reconcile: when 100 windows open
-    /// at once, a few dozen kept-alive connections carry the writes in arrival order
-    /// instead of hundreds of new TLS connections competing for the API server.
-    pub in_flight: std::sync::Arc<tokio::sync::Semaphore>,
+    /// at once, a few dozen kept-alive connections carry the writes instead of hundreds
+    /// of new TLS connections competing for the API server.
+    pub in_flight: std::sync::Arc<Permits>,
     /// Refused actions, per template and action: a refused write is retried on its
     /// backoff, not at every reconcile.
     pub backoff: std::sync::Arc<Backoff>,
@@ -87,6 +88,57 @@ struct Written {
 /// Requests one manager's scaling controller has in flight at most.
 pub const MAX_IN_FLIGHT: usize = 32;
 
+/// The scaling controller's requests in flight: at most [`MAX_IN_FLIGHT`], in two classes.
+/// A write of a workload or an autoscaler takes a slot in arrival order; a report (a
+/// template's status, an Event) takes one only when no write is waiting. At an edge the
+/// statuses and warnings of templates with nothing to write (a target that does not exist)
+/// then go after the other windows' writes instead of among them.
+pub struct Permits {
+    slots: Semaphore,
+    writes_waiting: watch::Sender<usize>,
+}
+
+/// One write waiting for a slot, counted until it has one or is dropped.
+struct Waiting<'a>(&'a watch::Sender<usize>);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+impl Permits {
+    /// `n` slots.
+    pub fn new(n: usize) -> Self {
+        Self {
+            slots: Semaphore::new(n),
+            writes_waiting: watch::Sender::new(0),
+        }
+    }
+
+    /// A slot for a write, in arrival order.
+    pub async fn write(&self) -> Option<SemaphorePermit<'_>> {
+        self.writes_waiting.send_modify(|n| *n += 1);
+        let _waiting = Waiting(&self.writes_waiting);
+        self.slots.acquire().await.ok()
+    }
+
+    /// A slot for a report, once no write is waiting for one. A slot that comes to a
+    /// report while a write has started waiting is passed on at once (the semaphore serves
+    /// in arrival order, and the write may have queued behind this report).
+    pub async fn report(&self) -> Option<SemaphorePermit<'_>> {
+        let mut waiting = self.writes_waiting.subscribe();
+        loop {
+            // The sender lives as long as `self`: this returns once no write waits.
+            let _ = waiting.wait_for(|n| *n == 0).await;
+            let slot = self.slots.acquire().await.ok()?;
+            if *waiting.borrow() == 0 {
+                return Some(slot);
+            }
+        }
+    }
+}
+
 impl Writer {
     fn params() -> PatchParams {
         PatchParams {
@@ -98,7 +150,7 @@ impl Writer {
     /// Performs one op. Conflicts come back as `Err(Ok(_))`-style [`CommitError`]s; other
     /// refusals as a message for the action.
     async fn write(&self, op: &Op) -> Result<Result<(), String>, CommitError> {
-        let _permit = self.in_flight.acquire().await;
+        let _permit = self.in_flight.write().await;
         if !(self.is_leader)() {
             return Err(CommitError::NotLeader);
         }
@@ -209,7 +261,7 @@ impl Writer {
         note: &EventNote,
         regarding: &k8s_openapi::api::core::v1::ObjectReference,
     ) {
-        let _permit = self.in_flight.acquire().await;
+        let _permit = self.in_flight.report().await;
         self.events
             .publish(regarding, note.warning, note.reason, None, &note.note)
             .await;
@@ -387,7 +439,7 @@ impl Writer {
             "status": status,
         });
         let pp = PatchParams::apply(field_manager::MANAGER).force();
-        let _permit = self.in_flight.acquire().await;
+        let _permit = self.in_flight.report().await;
         let written = api
             .patch_status(&tpl.name_any(), &pp, &Patch::Apply(&body))
             .await
@@ -584,6 +636,45 @@ fn coalesce(notes: Vec<EventNote>) -> Vec<EventNote> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_write_takes_a_freed_slot_before_a_report_that_asked_earlier() {
+        let permits = std::sync::Arc::new(Permits::new(1));
+        let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let held = permits.write().await;
+        let take = |report: bool| {
+            let (permits, order) = (permits.clone(), order.clone());
+            tokio::spawn(async move {
+                let _slot = if report {
+                    permits.report().await
+                } else {
+                    permits.write().await
+                };
+                order
+                    .lock()
+                    .expect("order")
+                    .push(if report { "report" } else { "write" });
+            })
+        };
+        let report = take(true);
+        // The report passes the gate (no write waits) and queues for the held slot.
+        tokio::task::yield_now().await;
+        let write = take(false);
+        tokio::task::yield_now().await;
+        drop(held);
+        let (r, w) = tokio::join!(report, write);
+        r.expect("report");
+        w.expect("write");
+        assert_eq!(*order.lock().expect("order"), vec!["write", "report"]);
+    }
+
+    #[tokio::test]
+    async fn a_report_takes_a_slot_at_once_when_no_write_waits() {
+        let permits = Permits::new(2);
+        let _write = permits.write().await;
+        let report = tokio::time::timeout(std::time::Duration::from_secs(5), permits.report());
+        assert!(report.await.expect("a free slot").is_some());
+    }
 
     fn note(warning: bool, reason: &'static str, text: &str) -> EventNote {
         EventNote {

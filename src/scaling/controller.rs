@@ -309,7 +309,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
             events,
             metrics: ctx.metrics.clone(),
             is_leader,
-            in_flight: Arc::new(tokio::sync::Semaphore::new(super::commit::MAX_IN_FLIGHT)),
+            in_flight: Arc::new(super::commit::Permits::new(super::commit::MAX_IN_FLIGHT)),
             backoff: Arc::new(Backoff::default()),
             echoes,
             own: crate::runtime::cache::OwnWrites::default(),

@@ -22,7 +22,7 @@ use crate::{
     objects::{deployment, hpa, invalid_template, scaled_object, template},
     probes::{moonin_events, spec_floor, write_floor},
     report::{Leftovers, LogSummary, Report},
-    server::{machine_note, rival_managers},
+    server::{ServerTimes, machine_note, rival_managers, server_times_async},
     shared::{
         harness::Manager, machine::builds, machine::wait_until_quiet, manager as bench_manager,
         manager::ManagerSeat, report::progress, stats::Stats, wait,
@@ -107,7 +107,7 @@ pub async fn measure(
     // The API server's write floor on this machine: the same number of writes (one per
     // Deployment and one per HPA, Deployment first), sent by this process as fast as the
     // same in-flight bound allows. Annotation-only, so no controller cascades follow.
-    let floor = write_floor(&t, &names).await;
+    let (floor, floor_server) = with_server_times(write_floor(&t, &names)).await;
     if let Some(f) = &floor {
         progress(&format!(
             "write floor: {} writes, p99 {:.0} ms, all done after {:.0} ms",
@@ -120,9 +120,9 @@ pub async fn measure(
     // the watches forget what they saw, so the window's edges are Moonin's alone. Not for
     // ScaledObjects: their close would wait for KEDA's HPAs, which this benchmark does
     // not watch, and without that wait the old bounds scale the Deployments back.
-    let spec_floor = match t.carrier {
-        Carrier::Hpa => spec_floors(&t, &names).await,
-        Carrier::ScaledObject => None,
+    let (spec_floor, spec_floor_server) = match t.carrier {
+        Carrier::Hpa => with_server_times(spec_floors(&t, &names)).await,
+        Carrier::ScaledObject => (None, Default::default()),
     };
     wait_for_quiet_machine(p, identity).await;
 
@@ -160,6 +160,7 @@ pub async fn measure(
         latencies,
         floor,
         spec_floor,
+        floor_server: (floor_server, spec_floor_server),
         startup,
         window,
         left,
@@ -167,6 +168,13 @@ pub async fn measure(
         events,
         refused,
     })
+}
+
+/// `run`'s result and the API server's request times just before and just after it.
+async fn with_server_times<T>(run: impl Future<Output = T>) -> (T, (ServerTimes, ServerTimes)) {
+    let before = server_times_async().await;
+    let out = run.await;
+    (out, (before, server_times_async().await))
 }
 
 /// The spec-write floor, open then close (see [`spec_floor`]).

@@ -104,6 +104,9 @@ pub struct Report {
     /// The window's own spec writes sent by this process, open and close (see
     /// [`crate::probes::spec_floor`]).
     pub spec_floor: Option<(Stats, Stats)>,
+    /// The API server's request times around the floor and around the spec-write floors
+    /// (empty when not measured).
+    pub floor_server: ((ServerTimes, ServerTimes), (ServerTimes, ServerTimes)),
     /// The manager until the window.
     pub startup: Startup,
     /// The window's edges.
@@ -423,16 +426,18 @@ impl Report {
     fn print_server_times(&self) {
         println!();
         println!(
-            "API server time per request during each boundary (its own apiserver_request_duration_seconds, all clients; from 3 s before the boundary until it settled):"
+            "API server time per request during each boundary and during the floors (its own apiserver_request_duration_seconds, all clients; from 3 s before the boundary until it settled; the floors run before the manager starts, the spec-write floors' column holds their open and close together, until the Deployments settled):"
         );
         println!();
-        println!("| request | open: n | open: mean ms | close: n | close: mean ms |");
-        println!("|---|---|---|---|---|");
+        println!(
+            "| request | open: n | open: mean ms | close: n | close: mean ms | floor: n | floor: mean ms | spec-write floors: n | spec-write floors: mean ms |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|");
         for (verb, resource) in SERVER_ROWS {
-            let cell = |b: &Boundary| {
-                let key = (verb.to_string(), resource.to_string());
-                let (s1, c1) = b.server.0.get(&key).copied().unwrap_or_default();
-                let (s2, c2) = b.server.1.get(&key).copied().unwrap_or_default();
+            let key = (verb.to_string(), resource.to_string());
+            let cell = |(before, after): &(ServerTimes, ServerTimes)| {
+                let (s1, c1) = before.get(&key).copied().unwrap_or_default();
+                let (s2, c2) = after.get(&key).copied().unwrap_or_default();
                 let n = c2 - c1;
                 if n > 0.0 {
                     format!("{} | {:.0}", count(n), (s2 - s1) / n * 1000.0)
@@ -441,9 +446,11 @@ impl Report {
                 }
             };
             println!(
-                "| {verb} {resource} | {} | {} |",
-                cell(&self.window.open),
-                cell(&self.window.close)
+                "| {verb} {resource} | {} | {} | {} | {} |",
+                cell(&self.window.open.server),
+                cell(&self.window.close.server),
+                cell(&self.floor_server.0),
+                cell(&self.floor_server.1)
             );
         }
         println!();

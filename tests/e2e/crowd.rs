@@ -11,9 +11,10 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::{DeleteParams, ListParams};
 use serde_json::json;
 
+use crate::harness::manual_template;
 use crate::harness::wait_for;
 use crate::require_cluster;
-use crate::scaling::{Rig, manual_template};
+use crate::scaling::Rig;
 
 const VALID: usize = 100;
 const INVALID: usize = 1000;

@@ -19,7 +19,7 @@ use kube::{
 use moonin::api::discovery::{ClusterDiscovery, ImageChange, NamespaceInventory, WorkloadRevision};
 use serde_json::{Value, json};
 
-use crate::harness::wait_for;
+use crate::harness::{wait_for, wait_gone};
 use crate::require_cluster;
 use crate::scaling::Rig;
 
@@ -32,12 +32,7 @@ impl Discovery {
     pub(crate) async fn create(client: &Client, helm: bool) -> Self {
         let api: Api<ClusterDiscovery> = Api::all(client.clone());
         let _ = api.delete("cluster", &DeleteParams::default()).await;
-        wait_for(
-            "an earlier ClusterDiscovery to go",
-            Duration::from_secs(30),
-            || async { api.get_opt("cluster").await.ok()?.is_none().then_some(()) },
-        )
-        .await;
+        wait_gone(&api, "cluster", Duration::from_secs(30)).await;
         let cd: ClusterDiscovery = serde_json::from_value(json!({
             "apiVersion": "moonin.io/v1alpha1",
             "kind": "ClusterDiscovery",
@@ -552,14 +547,7 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     )
     .await
     .expect("delete job");
-    wait_for("the Job to be gone", Duration::from_secs(30), || async {
-        jobs.get_opt("nightly-manual")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_gone(&jobs, "nightly-manual", Duration::from_secs(30)).await;
     // A later change in the namespace rebuilds its inventory; the run stays.
     deployment(&rig, "later", "registry.example/later:1", json!({})).await;
     let inv = inventory_where(&rig, "the later Deployment inventoried", |v| {
@@ -648,19 +636,7 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     };
     let inventories: Api<NamespaceInventory> = Api::namespaced(client.clone(), rig.ns());
     exclude(vec![rig.ns()]).await;
-    wait_for(
-        "the excluded namespace's inventory to go",
-        Duration::from_secs(30),
-        || async {
-            inventories
-                .get_opt("inventory")
-                .await
-                .ok()?
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
+    wait_gone(&inventories, "inventory", Duration::from_secs(30)).await;
     exclude(vec![]).await;
     inventory_where(&rig, "the inventory back once included", |v| {
         entry(v, "deployments", "web").is_some()

@@ -131,6 +131,34 @@ where
     }
 }
 
+/// Waits until `api` no longer has `name`, or panics after `timeout`.
+pub async fn wait_gone<K>(api: &kube::Api<K>, name: &str, timeout: Duration)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let what = format!("{name} to be gone");
+    wait_for(&what, timeout, || async {
+        api.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+}
+
+/// A template whose only window is a manual run.
+pub fn manual_template(name: &str, start: &str, duration: &str, actions: Value) -> Value {
+    serde_json::json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "ScalingTemplate",
+        "metadata": {"name": name},
+        "spec": {
+            // 1 January at 00:00: never during a test.
+            "schedule": "0 0 1 1 *",
+            "duration": duration,
+            "manualRun": {"startTime": start},
+            "actions": actions
+        }
+    })
+}
+
 /// A namespace for one test, deleted when dropped. If the test failed, the namespace's
 /// objects and Events are printed first.
 pub struct TestNamespace {

@@ -14,7 +14,9 @@ use serde_json::Value;
 
 use crate::{
     common,
-    harness::{self, Manager, TestNamespace, install_crds, kubectl_apply, moonin_api, wait_for},
+    harness::{
+        self, Manager, TestNamespace, install_crds, kubectl_apply, moonin_api, wait_for, wait_gone,
+    },
     require_cluster,
 };
 
@@ -173,12 +175,7 @@ pub async fn clear_cluster_scoped(client: &Client, objects: &[Value]) {
                 r#"{"metadata":{"finalizers":null}}"#,
             ])
             .output();
-        wait_for(
-            &format!("an earlier {kind} {name} to go"),
-            Duration::from_secs(60),
-            || async { api.get_opt(&name).await.ok()?.is_none().then_some(()) },
-        )
-        .await;
+        wait_gone(&api, &name, Duration::from_secs(60)).await;
     }
 }
 

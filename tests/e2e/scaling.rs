@@ -13,7 +13,9 @@ use kube::{
 use moonin::api::scaling::{ClusterScalingTemplate, ScalingTemplate, keys};
 use serde_json::{Value, json};
 
-use crate::harness::{self, Manager, TestNamespace, install_crds, wait_for, wait_showing};
+use crate::harness::{
+    self, Manager, TestNamespace, install_crds, manual_template, wait_for, wait_gone, wait_showing,
+};
 use crate::require_cluster;
 
 /// A running manager and the namespace it was granted RBAC in.
@@ -271,19 +273,7 @@ impl Rig {
             .templates()
             .delete(name, &DeleteParams::default())
             .await;
-        wait_for(
-            &format!("template {name} to be gone"),
-            Duration::from_secs(30),
-            || async {
-                self.templates()
-                    .get_opt(name)
-                    .await
-                    .ok()?
-                    .is_none()
-                    .then_some(())
-            },
-        )
-        .await;
+        wait_gone(&self.templates(), name, Duration::from_secs(30)).await;
     }
 }
 
@@ -293,22 +283,6 @@ pub fn in_secs(secs: i64) -> String {
     Timestamp::from_second(t.as_second() + 1)
         .expect("timestamp")
         .to_string()
-}
-
-/// A template whose only window is a manual run.
-pub fn manual_template(name: &str, start: &str, duration: &str, actions: Value) -> Value {
-    json!({
-        "apiVersion": "moonin.io/v1alpha1",
-        "kind": "ScalingTemplate",
-        "metadata": {"name": name},
-        "spec": {
-            // 1 January at 00:00: never during a test.
-            "schedule": "0 0 1 1 *",
-            "duration": duration,
-            "manualRun": {"startTime": start},
-            "actions": actions
-        }
-    })
 }
 
 fn annotations(meta: &kube::api::ObjectMeta) -> Vec<String> {
@@ -467,19 +441,7 @@ async fn provisional_hpa_for_a_deployment_without_one() {
         rig.template_status("burst").await["actions"][0]["via"],
         "ProvisionalHPA"
     );
-    wait_for(
-        "the provisional HPA to go",
-        Duration::from_secs(40),
-        || async {
-            rig.hpas()
-                .get_opt("moonin-api")
-                .await
-                .ok()?
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
+    wait_gone(&rig.hpas(), "moonin-api", Duration::from_secs(40)).await;
     wait_for(
         "replicas restored to 1",
         Duration::from_secs(10),
@@ -647,12 +609,7 @@ async fn cluster_template_overrides_across_namespaces() {
     })
     .await;
     let _ = api.delete(&name, &DeleteParams::default()).await;
-    wait_for(
-        "the cluster template to go",
-        Duration::from_secs(30),
-        || async { api.get_opt(&name).await.ok()?.is_none().then_some(()) },
-    )
-    .await;
+    wait_gone(&api, &name, Duration::from_secs(30)).await;
 }
 
 /// Waits until the HPA `name` has exactly `min`/`max` and, when `marked`, Moonin's marks.
@@ -1231,19 +1188,7 @@ async fn overrides_of_a_template_deleted_while_moonin_was_down_are_swept_at_star
         .templates()
         .delete("gone", &DeleteParams::default())
         .await;
-    wait_for(
-        "the template to be gone",
-        Duration::from_secs(20),
-        || async {
-            rig.templates()
-                .get_opt("gone")
-                .await
-                .ok()?
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
+    wait_gone(&rig.templates(), "gone", Duration::from_secs(20)).await;
     assert_eq!(
         rig.hpas().get("left").await.expect("hpa").spec.min_replicas,
         Some(2),

@@ -165,17 +165,13 @@ impl Load {
     }
 
     async fn template(&self, name: &str, target: &str, start: Timestamp, duration: &str) {
-        let t: ScalingTemplate = serde_json::from_value(json!({
-            "apiVersion": "moonin.io/v1alpha1",
-            "kind": "ScalingTemplate",
-            "metadata": {"name": name},
-            "spec": {
-                "schedule": "0 0 1 1 *",
-                "duration": duration,
-                "manualRun": {"startTime": at(start)},
-                "actions": [{"name": target, "target": {"name": target}, "minReplicas": 4, "maxReplicas": 6}]
-            }
-        }))
+        let actions = json!([{"name": target, "target": {"name": target}, "minReplicas": 4, "maxReplicas": 6}]);
+        let t: ScalingTemplate = serde_json::from_value(harness::manual_template(
+            name,
+            &at(start),
+            duration,
+            actions,
+        ))
         .expect("template");
         self.api::<ScalingTemplate>()
             .create(&PostParams::default(), &t)

@@ -8,6 +8,11 @@
 //! is, so a busy object cannot shorten or lengthen its own backoff, and a log line per step
 //! is a log line per counted failure.
 //!
+//! An entry whose wait ended more than [`STALE`] times the longest wait ago is forgotten at
+//! the next failure of any key: nothing retried its object (it was deleted, or its write is
+//! no longer wanted), so the map holds only objects that are still failing. One that fails
+//! again that much later starts over at [`FIRST`].
+//!
 //! Time is a parameter: the caller passes `now`, and the tests drive a fake clock.
 
 use std::{collections::HashMap, sync::Mutex, time::Duration};
@@ -18,6 +23,8 @@ use tokio::time::Instant;
 pub const FIRST: Duration = Duration::from_secs(5);
 /// The longest wait.
 pub const MAX: Duration = Duration::from_secs(300);
+/// How many longest waits after its wait ended an entry nothing retried is forgotten.
+pub const STALE: u32 = 2;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -94,6 +101,8 @@ impl Backoff {
     /// Records a failure of `key` at `generation` with `message`.
     pub fn failed(&self, key: &str, generation: Option<i64>, now: Instant, message: &str) -> Step {
         let mut g = self.entries();
+        let stale = self.max.saturating_mul(STALE);
+        g.retain(|_, e| now.saturating_duration_since(e.due) <= stale);
         let e = g.entry(key.to_string()).or_insert_with(|| Entry {
             generation,
             failures: 0,
@@ -129,6 +138,12 @@ impl Backoff {
     /// Records a success of `key`: the next failure waits [`FIRST`] again.
     pub fn succeeded(&self, key: &str) {
         self.entries().remove(key);
+    }
+
+    /// How many objects are remembered.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries().len()
     }
 }
 
@@ -191,6 +206,26 @@ mod tests {
         b.succeeded("k");
         assert_eq!(b.waiting("k", Some(2), t0 + secs(7)), None);
         assert_eq!(b.failed("k", Some(2), t0 + secs(7), "y").wait, secs(5));
+    }
+
+    #[test]
+    fn an_object_nothing_retries_is_forgotten_and_starts_over() {
+        let b = Backoff::default();
+        let t0 = Instant::now();
+        b.failed("deleted", None, t0, "x");
+        // "live" is retried whenever its wait ends and refused each time; "deleted" is
+        // never woken again.
+        let (mut t, mut wait) = (t0, b.failed("live", None, t0, "x").wait);
+        while t < t0 + MAX * (STALE + 1) {
+            t += wait;
+            wait = b.failed("live", None, t, "x").wait;
+        }
+        assert_eq!(wait, MAX, "the live object kept its place in the sequence");
+        assert_eq!(b.len(), 1);
+        assert_eq!(b.waiting("deleted", None, t), None);
+        // An object that fails again long after its last wait waits the first step.
+        let later = t + wait + MAX * STALE + secs(1);
+        assert_eq!(b.failed("live", None, later, "x").wait, FIRST);
     }
 
     #[test]

@@ -270,7 +270,39 @@ async fn create_targets(t: &Targets, names: &[String]) -> Result<(), String> {
             started.elapsed().as_secs_f64()
         ));
     }
+    if t.carrier == Carrier::ScaledObject {
+        wait_for_keda_hpas(t, n).await;
+    }
     Ok(())
+}
+
+/// KEDA's operator creates each ScaledObject's HPA at its own pace (about two a second
+/// here): the window waits until every one exists with its ScaledObject's bounds, so that
+/// its edges measure Moonin against a settled KEDA rather than KEDA's own setup.
+async fn wait_for_keda_hpas(t: &Targets, n: usize) {
+    let started = Instant::now();
+    let ready = wait::until(
+        "KEDA's HPA of every ScaledObject",
+        Instant::now() + Duration::from_secs(600),
+        Duration::from_secs(2),
+        || async {
+            let hpas = t.hpas.list(&ListParams::default()).await.ok()?;
+            let settled = hpas
+                .iter()
+                .filter(|h| h.name_any().starts_with("keda-hpa-"))
+                .filter(|h| h.spec.min_replicas == Some(HPA_MIN) && h.spec.max_replicas == HPA_MAX)
+                .count();
+            (settled == n).then_some(())
+        },
+    )
+    .await;
+    match ready {
+        Ok(()) => progress(&format!(
+            "KEDA's {n} HPAs in place after {:.1} s",
+            started.elapsed().as_secs_f64()
+        )),
+        Err(e) => progress(&format!("{e}; going on (KEDA is still setting up)")),
+    }
 }
 
 /// Waits (up to `MOONIN_BENCH_QUIET_WAIT_SECS`) until no other scaling manager and no build

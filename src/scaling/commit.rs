@@ -103,7 +103,11 @@ struct Waiting<'a>(&'a watch::Sender<usize>);
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n -= 1);
+        // Reports wait for zero only: the last waiting write wakes them, no other count does.
+        self.0.send_if_modified(|n| {
+            *n -= 1;
+            *n == 0
+        });
     }
 }
 
@@ -118,7 +122,10 @@ impl Permits {
 
     /// A slot for a write, in arrival order.
     pub async fn write(&self) -> Option<SemaphorePermit<'_>> {
-        self.writes_waiting.send_modify(|n| *n += 1);
+        self.writes_waiting.send_if_modified(|n| {
+            *n += 1;
+            false
+        });
         let _waiting = Waiting(&self.writes_waiting);
         self.slots.acquire().await.ok()
     }

@@ -107,7 +107,7 @@ pub async fn measure(
     // The API server's write floor on this machine: the same number of writes (one per
     // Deployment and one per HPA, Deployment first), sent by this process as fast as the
     // same in-flight bound allows. Annotation-only, so no controller cascades follow.
-    let (floor, floor_server) = with_server_times(write_floor(&t, &names)).await;
+    let (floor, floor_server) = with_server_times(write_floor(&t, &names, "before")).await;
     if let Some(f) = &floor {
         progress(&format!(
             "write floor: {} writes, p99 {:.0} ms, all done after {:.0} ms",
@@ -154,6 +154,18 @@ pub async fn measure(
     let log = LogSummary::read(&startup.log_path, ns);
     let events = moonin_events(client, ns).await;
     let latencies = Latencies::from_seen(&t.seen.lock().expect("seen"), p, &names, open, close);
+
+    // 7. Both floors again, the manager stopped: the control plane and the objects have
+    // gone through the window's writes too, which the floors before it had not.
+    if let Some(m) = manager_slot.as_mut() {
+        m.terminate(Duration::from_secs(30)).await;
+    }
+    wait_for_quiet_machine(p, identity).await;
+    let floor_after = write_floor(&t, &names, "after").await;
+    let spec_floor_after = match t.carrier {
+        Carrier::Hpa => spec_floors(&t, &names).await,
+        Carrier::ScaledObject => None,
+    };
     Ok(Report {
         open,
         close,
@@ -161,6 +173,7 @@ pub async fn measure(
         floor,
         spec_floor,
         floor_server: (floor_server, spec_floor_server),
+        floors_after: (floor_after, spec_floor_after),
         startup,
         window,
         left,

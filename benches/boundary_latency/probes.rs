@@ -30,10 +30,11 @@ use crate::{
     },
 };
 
-/// Sends a merge patch of one annotation to every target's Deployment and then its
-/// autoscaler (HPA or ScaledObject): writes no controller reacts to. See [`send`].
-pub async fn write_floor(t: &Targets, names: &[String]) -> Option<Stats> {
-    let patch = json!({"metadata": {"annotations": {"bench/floor": "1"}}});
+/// Sends a merge patch of one annotation (to `value`, a new one each time) to every
+/// target's Deployment and then its autoscaler (HPA or ScaledObject): writes no controller
+/// reacts to. See [`send`].
+pub async fn write_floor(t: &Targets, names: &[String], value: &str) -> Option<Stats> {
+    let patch = json!({"metadata": {"annotations": {"bench/floor": value}}});
     send(t, names, &patch, &patch).await
 }
 

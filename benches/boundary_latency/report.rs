@@ -32,6 +32,8 @@ pub struct Boundary {
     pub template_changes: u64,
     /// API server times from just before to just after.
     pub server: (ServerTimes, ServerTimes),
+    /// The manager's CPU time from 1 s before until settled, in seconds.
+    pub cpu_secs: f64,
 }
 
 /// The manager from its start until every template was Idle.
@@ -107,6 +109,9 @@ pub struct Report {
     /// The API server's request times around the floor and around the spec-write floors
     /// (empty when not measured).
     pub floor_server: ((ServerTimes, ServerTimes), (ServerTimes, ServerTimes)),
+    /// Both floors again after the window, the manager stopped: the floors on objects and
+    /// a control plane that went through the window's writes too.
+    pub floors_after: (Option<Stats>, Option<(Stats, Stats)>),
     /// The manager until the window.
     pub startup: Startup,
     /// The window's edges.
@@ -158,18 +163,28 @@ impl Report {
         );
         println!();
         println!(
-            "| edge | p99 ms (target done) | floor p99 ms | ÷ floor (goal ≤ {FLOOR_GOAL}) | spec-write floor p99 ms | ÷ it | writes | minimum | ÷ minimum (goal ≤ {WRITES_GOAL}) | conflict retries | % of writes (goal ≤ {CONFLICT_GOAL_PCT} %) |"
+            "| edge | p99 ms (target done) | floor p99 ms | ÷ floor (goal ≤ {FLOOR_GOAL}) | spec-write floor p99 ms | ÷ it | floor after ÷, spec-write floor after ÷ | writes | minimum | ÷ minimum (goal ≤ {WRITES_GOAL}) | conflict retries | % of writes (goal ≤ {CONFLICT_GOAL_PCT} %) |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
         let l = &self.latencies;
         let spec = self.spec_floor.map(|(o, c)| (o.p99, c.p99));
-        for (what, values, b, spec) in [
-            ("open", &l.both_open, &self.window.open, spec.map(|s| s.0)),
+        let (floor_after, spec_after) = self.floors_after;
+        let floor_after = floor_after.map(|f| f.p99);
+        let spec_after = spec_after.map(|(o, c)| (o.p99, c.p99));
+        for (what, values, b, spec, spec_after) in [
+            (
+                "open",
+                &l.both_open,
+                &self.window.open,
+                spec.map(|s| s.0),
+                spec_after.map(|s| s.0),
+            ),
             (
                 "close",
                 &l.both_close,
                 &self.window.close,
                 spec.map(|s| s.1),
+                spec_after.map(|s| s.1),
             ),
         ] {
             let d = b.settled.minus(&b.before);
@@ -178,8 +193,12 @@ impl Report {
             let p99 = stats(values.clone()).map(|s| s.p99);
             let ratio = p99.zip(floor).map(|(m, f)| m / f);
             let ms = |v: Option<f64>| v.map_or_else(|| "—".into(), |v| format!("{v:.0}"));
+            let after = |f: Option<f64>| {
+                f.zip(p99)
+                    .map_or_else(|| "—".into(), |(f, m)| format!("{f:.0} ms: {:.2}", m / f))
+            };
             println!(
-                "| {what} | {} | {} | {} | {} | {} | {} | {} | {:.3} {} | {} | {:.1} {} |",
+                "| {what} | {} | {} | {} | {} | {} | {}; {} | {} | {} | {:.3} {} | {} | {:.1} {} |",
                 ms(p99),
                 ms(floor),
                 ratio.map_or_else(
@@ -189,6 +208,8 @@ impl Report {
                 ms(spec),
                 p99.zip(spec)
                     .map_or_else(|| "—".into(), |(m, f)| format!("{:.2}", m / f)),
+                after(floor_after),
+                after(spec_after),
                 count(writes),
                 count(min),
                 writes / min,
@@ -473,6 +494,11 @@ impl Report {
             mib(idle.hwm_kib),
             mib(peak.hwm_kib),
             mib(peak.rss_kib)
+        );
+        let (open, close) = (&self.window.open, &self.window.close);
+        println!(
+            "Manager CPU time (user + system, 1 s before → settled): open {:.2} s, close {:.2} s.",
+            open.cpu_secs, close.cpu_secs
         );
     }
 

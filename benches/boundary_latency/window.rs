@@ -221,6 +221,7 @@ impl Edge<'_> {
         let deadline = Instant::now() + Duration::from_secs(secs);
         let mut b = boundary(self.addr, self.seen, before, deadline, done).await;
         b.server = (server_before, server_times_async().await);
+        b.cpu_secs = process::usage(self.pid).cpu_secs - usage.cpu_secs;
         progress(&format!(
             "{what} boundary settled ({} writes)",
             count(b.settled.minus(&b.before).writes_total())
@@ -270,6 +271,7 @@ async fn boundary(
                 complete,
                 template_changes: changes,
                 server: Default::default(),
+                cpu_secs: 0.0,
             };
         }
     }

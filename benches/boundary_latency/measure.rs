@@ -21,7 +21,7 @@ use crate::{
     CREATE_CONCURRENCY, Carrier, HPA_MAX, HPA_MIN, POLL, Params, REPLICAS,
     objects::{deployment, hpa, invalid_template, scaled_object, template},
     probes::{moonin_events, spec_floor, write_floor},
-    report::{Leftovers, LogSummary, Report},
+    report::{Floors, Leftovers, LogSummary, Report},
     server::{ServerTimes, machine_note, rival_managers, server_times_async},
     shared::{
         harness::Manager, machine::builds, machine::wait_until_quiet, manager as bench_manager,
@@ -170,10 +170,15 @@ pub async fn measure(
         open,
         close,
         latencies,
-        floor,
-        spec_floor,
+        floors: Floors {
+            write: floor,
+            spec: spec_floor,
+        },
         floor_server: (floor_server, spec_floor_server),
-        floors_after: (floor_after, spec_floor_after),
+        floors_after: Floors {
+            write: floor_after,
+            spec: spec_floor_after,
+        },
         startup,
         window,
         left,

@@ -92,6 +92,17 @@ pub struct LogSummary {
     pub path: String,
 }
 
+/// The floors measured at one point of the run.
+#[derive(Clone, Copy)]
+pub struct Floors {
+    /// The same number of writes sent by this process at one instant (see
+    /// [`crate::probes::write_floor`]).
+    pub write: Option<Stats>,
+    /// The window's own spec writes sent by this process, open and close (see
+    /// [`crate::probes::spec_floor`]); HPAs only.
+    pub spec: Option<(Stats, Stats)>,
+}
+
 /// Everything one run measured.
 pub struct Report {
     /// The window's start.
@@ -100,18 +111,14 @@ pub struct Report {
     pub close: Timestamp,
     /// What the watches saw.
     pub latencies: Latencies,
-    /// The same number of writes sent by this process at one instant (see
-    /// [`crate::probes::write_floor`]).
-    pub floor: Option<Stats>,
-    /// The window's own spec writes sent by this process, open and close (see
-    /// [`crate::probes::spec_floor`]).
-    pub spec_floor: Option<(Stats, Stats)>,
+    /// The floors before the manager starts.
+    pub floors: Floors,
     /// The API server's request times around the floor and around the spec-write floors
     /// (empty when not measured).
     pub floor_server: ((ServerTimes, ServerTimes), (ServerTimes, ServerTimes)),
-    /// Both floors again after the window, the manager stopped: the floors on objects and
-    /// a control plane that went through the window's writes too.
-    pub floors_after: (Option<Stats>, Option<(Stats, Stats)>),
+    /// The floors again after the window, the manager stopped: on objects and a control
+    /// plane that went through the window's writes too.
+    pub floors_after: Floors,
     /// The manager until the window.
     pub startup: Startup,
     /// The window's edges.
@@ -155,7 +162,7 @@ impl Report {
     /// the minimum, and the conflict retries among them.
     fn print_edges(&self, p: &Params) {
         let min = p.minimum_writes() as f64;
-        let floor = self.floor.map(|f| f.p99);
+        let floor = self.floors.write.map(|f| f.p99);
         println!();
         println!(
             "## Edges against the floor ({}; the floor measured in this run)",
@@ -167,10 +174,9 @@ impl Report {
         );
         println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
         let l = &self.latencies;
-        let spec = self.spec_floor.map(|(o, c)| (o.p99, c.p99));
-        let (floor_after, spec_after) = self.floors_after;
-        let floor_after = floor_after.map(|f| f.p99);
-        let spec_after = spec_after.map(|(o, c)| (o.p99, c.p99));
+        let spec = self.floors.spec.map(|(o, c)| (o.p99, c.p99));
+        let floor_after = self.floors_after.write.map(|f| f.p99);
+        let spec_after = self.floors_after.spec.map(|(o, c)| (o.p99, c.p99));
         for (what, values, b, spec, spec_after) in [
             (
                 "open",
@@ -279,7 +285,7 @@ impl Report {
                 None => println!("| {phase} | 0/{n} | — | — | — | — | MISSED |"),
             }
         }
-        match &self.floor {
+        match &self.floors.write {
             Some(f) => println!(
                 "| *floor: the same {} writes sent by this benchmark at one instant, {} in flight (annotation patches: no controller reacts)* | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
                 2 * n,
@@ -298,8 +304,8 @@ impl Report {
             None => println!("| *floor* | 0 | — | — | — | — | not measured |"),
         }
         for (edge, f) in [
-            ("open", self.spec_floor.map(|s| s.0)),
-            ("close", self.spec_floor.map(|s| s.1)),
+            ("open", self.floors.spec.map(|s| s.0)),
+            ("close", self.floors.spec.map(|s| s.1)),
         ] {
             match f {
                 Some(f) => println!(

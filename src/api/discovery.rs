@@ -14,6 +14,7 @@ pub use super::policy::AutoscalingPolicy;
 /// Turns on discovery for this cluster. One per cluster, usually named `cluster`, kept in git.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
+    derive = "PartialEq",
     group = "moonin.io",
     version = "v1alpha1",
     kind = "ClusterDiscovery",
@@ -211,6 +212,7 @@ pub struct Totals {
 /// by discovery: it has no status subresource, so one write creates or updates it whole.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
+    derive = "PartialEq",
     group = "moonin.io",
     version = "v1alpha1",
     kind = "NamespaceInventory",
@@ -506,6 +508,7 @@ pub struct HelmRelease {
 /// One observed change of a workload: what changed, when, and by whom. Published by discovery.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
+    derive = "PartialEq",
     group = "moonin.io",
     version = "v1alpha1",
     kind = "WorkloadRevision",

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 /// What a ScaledObject scales and within which bounds.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
+    derive = "PartialEq",
     group = "keda.sh",
     version = "v1alpha1",
     kind = "ScaledObject",

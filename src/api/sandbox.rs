@@ -16,6 +16,7 @@ const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 /// Owned by git: the controllers never write its spec.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
+    derive = "PartialEq",
     group = "moonin.io",
     version = "v1alpha1",
     kind = "SandboxEnv",
@@ -309,6 +310,7 @@ pub struct MemberStatus {
 /// A pool of sandbox Pods. Created and owned by its `SandboxEnv`.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
+    derive = "PartialEq",
     group = "moonin.io",
     version = "v1alpha1",
     kind = "SandboxPool",
@@ -477,6 +479,7 @@ pub struct ScaleDownSession {
 /// A request for one sandbox Pod. Deleting the claim releases the sandbox.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
+    derive = "PartialEq",
     group = "moonin.io",
     version = "v1alpha1",
     kind = "SandboxClaim",

@@ -102,6 +102,7 @@ pub struct TargetRef {
 /// and restores exactly what was there when each window ends.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
+    derive = "PartialEq",
     group = "moonin.io",
     version = "v1alpha1",
     kind = "ScalingTemplate",
@@ -174,6 +175,7 @@ pub struct ScalingTemplateSpec {
 /// namespace of its target.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
+    derive = "PartialEq",
     group = "moonin.io",
     version = "v1alpha1",
     kind = "ClusterScalingTemplate",

@@ -29,15 +29,18 @@ use super::access;
 use super::{decode::Decoded, invalid};
 
 /// Called with every object the cache applies or deletes, after the store has it: a
-/// reconcile triggered from here always reads at least what triggered it. After a relist
-/// (a watch that expired, 410 Gone), with every object listed and every object the relist
-/// no longer lists, once the store shows the relist.
+/// reconcile triggered from here always reads at least what triggered it. An object applied
+/// again unchanged but for its resourceVersion, as trimmed (a Deployment's status, which its
+/// cache does not keep), triggers nothing: no reconcile could read a difference. After a
+/// relist (a watch that expired, 410 Gone), with every object listed and every object the
+/// relist no longer lists, once the store shows the relist.
 pub type Trigger<K> = Box<dyn Fn(&K) + Send + Sync>;
 
 /// The bound every cached kind meets.
 pub trait Cached:
     Resource<DynamicType = ()>
     + Clone
+    + PartialEq
     + std::fmt::Debug
     + serde::de::DeserializeOwned
     + Send
@@ -49,6 +52,7 @@ pub trait Cached:
 impl<
     K: Resource<DynamicType = ()>
         + Clone
+        + PartialEq
         + std::fmt::Debug
         + serde::de::DeserializeOwned
         + Send
@@ -67,22 +71,31 @@ pub fn cache<K: Cached>(
     trim: fn(&mut K),
     triggers: Vec<Trigger<K>>,
 ) -> (Store<K>, BoxFuture<'static, ()>) {
-    let (store, writer) = reflector::store::<K>();
+    let (store, mut writer) = reflector::store::<K>();
     let kind = K::kind(&()).to_string();
     let events = typed_events(Api::<Decoded<K>>::all(client), config, store.clone()).modify(trim);
     let reader = store.clone();
     let mut relist: Option<Relist<K>> = None;
-    let drive = reflector::reflector(writer, events)
+    let drive = events
         .for_each(move |event| {
             let fire = |o: &K| {
                 for t in &triggers {
                     t(o);
                 }
             };
+            let changed = match &event {
+                Ok(watcher::Event::Apply(o)) => changed(reader.get(&ObjectRef::from_obj(o)), o),
+                _ => true,
+            };
+            if let Ok(e) = &event {
+                writer.apply_watcher_event(e);
+            }
             match event {
                 Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
                     access::watch_ok(&kind);
-                    fire(&o);
+                    if changed {
+                        fire(&o);
+                    }
                 }
                 // A (re)list shows in the store only once it is complete: its objects trigger
                 // then, with those it no longer lists.
@@ -108,6 +121,16 @@ pub fn cache<K: Cached>(
         })
         .boxed();
     (store, drive)
+}
+
+/// Whether `new` differs from the `stored` version of it in more than its resourceVersion.
+fn changed<K: Cached>(stored: Option<Arc<K>>, new: &K) -> bool {
+    let Some(stored) = stored else {
+        return true;
+    };
+    let mut same = (*stored).clone();
+    same.meta_mut().resource_version = new.meta().resource_version.clone();
+    same != *new
 }
 
 /// A relist in progress: what the store held when it began, and what it has listed so far.
@@ -466,6 +489,19 @@ mod tests {
             .collect();
         fired.sort();
         assert_eq!(fired, ["gone 1", "kept 7", "new 8"]);
+    }
+
+    #[test]
+    fn a_new_resource_version_alone_is_no_change() {
+        let valid = |rv: &str, pool: &str| {
+            let mut c = claim("c", rv, true).valid().expect("valid");
+            c.spec.pool_ref.as_mut().expect("a pool").name = pool.into();
+            c
+        };
+        assert!(changed(None, &valid("1", "p")), "never stored");
+        let stored = Some(Arc::new(valid("1", "p")));
+        assert!(!changed(stored.clone(), &valid("2", "p")));
+        assert!(changed(stored, &valid("2", "q")));
     }
 
     #[test]

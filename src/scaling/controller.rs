@@ -97,7 +97,7 @@ fn interested<T: Template>(
         .state()
         .iter()
         .filter(|t| {
-            uid.is_some_and(|u| t.uid().as_deref() == Some(u))
+            uid.is_some_and(|u| t.meta().uid.as_deref() == Some(u))
                 || key.is_some_and(|k| {
                     t.actions().iter().any(|a| {
                         a.target.name == k.name

@@ -27,6 +27,7 @@ use tokio::sync::Notify;
 
 use super::commit::{self, CONTROLLER, CommitError, Writer};
 use super::decide::{self, TargetKey};
+use super::index::Index;
 use super::load::{self, Stores, Template};
 use crate::api::keda::ScaledObject;
 use crate::api::scaling::{ClusterScalingTemplate, ScalingTemplate, ScalingTemplateStatus};
@@ -380,9 +381,12 @@ async fn caches(
         trim_template,
         vec![cache::reconcile_itself(cl_tx.clone(), echoes.clone())],
     );
+    // The index's trigger first: the reconciles the others ask for read it.
+    let index = Index::default();
     macro_rules! triggers {
-        ($target:expr) => {
+        ($index:expr, $target:expr) => {
             vec![
+                $index,
                 trigger(ns_store.clone(), ns_tx.clone(), $target),
                 trigger(cl_store.clone(), cl_tx.clone(), $target),
             ]
@@ -392,13 +396,13 @@ async fn caches(
         client.clone(),
         watch_config(),
         trim_deployment,
-        triggers!(deployment_target),
+        triggers!(index.deployments(), deployment_target),
     );
     let (hpas, hpa_drive) = cache::cache::<HorizontalPodAutoscaler>(
         client.clone(),
         watch_config(),
         trim_hpa,
-        triggers!(load::hpa_target),
+        triggers!(index.hpas(), load::hpa_target),
     );
     let mut drives = vec![ns_drive, cl_drive, dep_drive, hpa_drive];
     let scaled_objects = if cache::installed::<ScaledObject>(client).await {
@@ -406,7 +410,7 @@ async fn caches(
             client.clone(),
             watch_config(),
             trim_scaled_object,
-            triggers!(load::scaled_object_target),
+            triggers!(index.scaled_objects(), load::scaled_object_target),
         );
         drives.push(drive);
         Some(s)
@@ -422,6 +426,7 @@ async fn caches(
         deployments,
         hpas,
         scaled_objects,
+        index,
     };
     (stores, drives)
 }

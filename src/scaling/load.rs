@@ -1,16 +1,21 @@
 //! Load: builds decide's plain-data [`Snapshot`] from the shared reflector caches.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
-use kube::{ResourceExt, runtime::reflector::Store};
+use kube::{
+    ResourceExt,
+    runtime::reflector::{ObjectRef, Store},
+};
 
 use super::decide::{
     Autoscaler, AutoscalerKind, GUARDED_ANNOTATIONS, Marks, OBSERVATION_LIMIT, Original,
     OwnerRecord, Snapshot, Target, TargetKey, TemplateKind, TemplateView, Workload,
 };
+use super::index::{Index, Kind, Ref};
 use crate::api::field_manager;
 use crate::api::keda::ScaledObject;
 use crate::api::scaling::{
@@ -76,6 +81,8 @@ pub struct Stores {
     pub hpas: Store<HorizontalPodAutoscaler>,
     /// ScaledObjects, when KEDA's CRD is installed.
     pub scaled_objects: Option<Store<ScaledObject>>,
+    /// Where each template's marks are and what scales each target, kept by the caches.
+    pub index: Index,
 }
 
 impl Stores {
@@ -400,10 +407,7 @@ pub fn targets(
     // may still be acting on older bounds of it, and when its bounds were last written.
     type KedaHpa = (Option<i32>, bool, Option<Timestamp>);
     let mut keda_hpas: BTreeMap<(String, String), KedaHpa> = BTreeMap::new();
-    for hpa in stores.hpas.state() {
-        let Some(key) = hpa_target(&hpa) else {
-            continue;
-        };
+    for (key, hpa) in autoscalers(stores, &stores.hpas, Kind::Hpa, wanted, hpa_target) {
         let Some(t) = out.get_mut(&key) else {
             continue;
         };
@@ -429,10 +433,15 @@ pub fn targets(
         t.autoscalers.push(a);
     }
     if let Some(sos) = &stores.scaled_objects {
-        for so in sos.state() {
-            if let Some(key) = scaled_object_target(&so)
-                && let Some(t) = out.get_mut(&key)
-            {
+        let found = autoscalers(
+            stores,
+            sos,
+            Kind::ScaledObject,
+            wanted,
+            scaled_object_target,
+        );
+        for (key, so) in found {
+            if let Some(t) = out.get_mut(&key) {
                 let mut a = autoscaler_from(
                     AutoscalerKind::ScaledObject,
                     &so.metadata,
@@ -461,27 +470,62 @@ pub fn targets(
     out
 }
 
-/// Targets of every object (Deployment, HPA not created by KEDA, ScaledObject) whose
-/// `moonin.io/owner` UID satisfies `pick`.
-fn marked_targets(stores: &Stores, pick: impl Fn(&str) -> bool) -> BTreeSet<TargetKey> {
+/// The cached object `r` points at.
+fn get<K: crate::runtime::cache::Cached>(store: &Store<K>, r: &Ref) -> Option<Arc<K>> {
+    store.get(&ObjectRef::new(&r.name).within(&r.namespace))
+}
+
+/// The autoscalers of kind `kind` in `store` that scale each of `wanted`, found through the
+/// index; hints the store does not bear out are dropped.
+fn autoscalers<K: crate::runtime::cache::Cached>(
+    stores: &Stores,
+    store: &Store<K>,
+    kind: Kind,
+    wanted: &BTreeSet<TargetKey>,
+    target: fn(&K) -> Option<TargetKey>,
+) -> Vec<(TargetKey, Arc<K>)> {
+    let mut out = Vec::new();
+    for key in wanted {
+        for r in stores.index.scaling(key) {
+            if r.kind != kind {
+                continue;
+            }
+            match get(store, &r) {
+                Some(o) if target(&o).as_ref() == Some(key) => out.push((key.clone(), o)),
+                _ => stores.index.not_scaling(key, &r),
+            }
+        }
+    }
+    out
+}
+
+/// The targets of the objects (Deployments, HPAs not created by KEDA, ScaledObjects) that
+/// carry the mark of template `uid`, found through the index; hints the stores do not bear
+/// out are dropped.
+fn marked_targets(stores: &Stores, uid: &str) -> BTreeSet<TargetKey> {
+    let marked = |meta: &ObjectMeta| owner_uid(meta).is_some_and(|u| u == uid);
     let mut out = BTreeSet::new();
-    let marked = |meta: &ObjectMeta| owner_uid(meta).is_some_and(|u| pick(&u));
-    for d in stores.deployments.state() {
-        if marked(&d.metadata) {
-            out.insert(TargetKey {
-                namespace: d.namespace().unwrap_or_default(),
-                name: d.name_any(),
-            });
-        }
-    }
-    for hpa in stores.hpas.state() {
-        if marked(&hpa.metadata) && !owned_by_scaled_object(&hpa.metadata) {
-            out.extend(hpa_target(&hpa));
-        }
-    }
-    for so in stores.scaled_objects.iter().flat_map(|s| s.state()) {
-        if marked(&so.metadata) {
-            out.extend(scaled_object_target(&so));
+    for r in stores.index.marked(uid) {
+        let target = match r.kind {
+            Kind::Deployment => get(&stores.deployments, &r)
+                .filter(|d| marked(&d.metadata))
+                .map(|_| TargetKey {
+                    namespace: r.namespace.clone(),
+                    name: r.name.clone(),
+                }),
+            Kind::Hpa => get(&stores.hpas, &r)
+                .filter(|h| marked(&h.metadata) && !owned_by_scaled_object(&h.metadata))
+                .and_then(|h| hpa_target(&h)),
+            Kind::ScaledObject => (stores.scaled_objects.as_ref())
+                .and_then(|s| get(s, &r))
+                .filter(|s| marked(&s.metadata))
+                .and_then(|s| scaled_object_target(&s)),
+        };
+        match target {
+            Some(key) => {
+                out.insert(key);
+            }
+            None => stores.index.unmarked(uid, &r),
         }
     }
     out
@@ -489,7 +533,12 @@ fn marked_targets(stores: &Stores, pick: impl Fn(&str) -> bool) -> BTreeSet<Targ
 
 /// Every target carrying the mark of a template that no longer exists.
 pub fn orphaned_targets(stores: &Stores, live: &HashSet<String>) -> BTreeMap<TargetKey, Target> {
-    let wanted = marked_targets(stores, |uid| !live.contains(uid));
+    let mut wanted = BTreeSet::new();
+    for uid in stores.index.owners() {
+        if !live.contains(&uid) {
+            wanted.extend(marked_targets(stores, &uid));
+        }
+    }
     targets(stores, &wanted, live)
 }
 
@@ -514,7 +563,7 @@ pub fn snapshot<T: Template>(tpl: &T, stores: &Stores) -> Snapshot {
         status: tpl.status_or_default(),
     };
     let mut wanted: BTreeSet<TargetKey> = view.actions.iter().map(|a| view.target_key(a)).collect();
-    wanted.extend(marked_targets(stores, |u| u == uid));
+    wanted.extend(marked_targets(stores, &uid));
     let live = live_uids(stores);
     Snapshot {
         targets: targets(stores, &wanted, &live),
@@ -674,6 +723,114 @@ mod tests {
         let mut none = written_by("kubectl", "2026-11-30T09:00:00Z");
         keep_replicas_owner(&mut none);
         assert_eq!((replicas_set_by(&none), none.managed_fields), (None, None));
+    }
+
+    fn marked_meta(name: &str, owner: Option<&str>) -> ObjectMeta {
+        let record = |uid: &str| OwnerRecord {
+            kind: "ScalingTemplate".into(),
+            namespace: Some("shop".into()),
+            name: "peak".into(),
+            uid: uid.into(),
+            action: "a".into(),
+        };
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("shop".into()),
+            annotations: owner.map(|uid| {
+                [(
+                    keys::OWNER.to_string(),
+                    serde_json::to_string(&record(uid)).expect("json"),
+                )]
+                .into()
+            }),
+            ..ObjectMeta::default()
+        }
+    }
+
+    fn scaling(name: &str, target: &str, owner: Option<&str>) -> HorizontalPodAutoscaler {
+        let mut h = hpa(1, 3, marked_meta(name, owner));
+        h.spec.scale_target_ref.kind = "Deployment".into();
+        h.spec.scale_target_ref.name = target.into();
+        h
+    }
+
+    fn key(name: &str) -> TargetKey {
+        TargetKey {
+            namespace: "shop".into(),
+            name: name.into(),
+        }
+    }
+
+    /// A template's marked targets and a target's autoscalers are found through the index the
+    /// caches keep, and read from the stores: a hint the stores no longer bear out (a mark
+    /// removed, an HPA re-pointed or deleted without its trigger) is dropped, not acted on.
+    #[test]
+    fn the_index_finds_marked_targets_and_autoscalers_as_the_stores_show_them() {
+        use kube::runtime::{reflector, watcher::Event};
+        let (deployments, mut dw) = reflector::store::<Deployment>();
+        let (hpas, mut hw) = reflector::store::<HorizontalPodAutoscaler>();
+        let index = Index::default();
+        let stores = Stores {
+            templates: reflector::store().0,
+            cluster_templates: reflector::store().0,
+            deployments,
+            hpas,
+            scaled_objects: None,
+            index: index.clone(),
+        };
+        let (on_deployment, on_hpa) = (index.deployments(), index.hpas());
+        let deployment = |name, owner| Deployment {
+            metadata: marked_meta(name, owner),
+            ..Deployment::default()
+        };
+        for d in [deployment("web", Some("t1")), deployment("db", None)] {
+            dw.apply_watcher_event(&Event::Apply(d.clone()));
+            on_deployment(&d);
+        }
+        for h in [
+            scaling("web", "web", None),
+            scaling("api", "api", Some("t1")),
+            scaling("other", "db", Some("t2")),
+        ] {
+            hw.apply_watcher_event(&Event::Apply(h.clone()));
+            on_hpa(&h);
+        }
+        assert_eq!(
+            marked_targets(&stores, "t1"),
+            [key("api"), key("web")].into()
+        );
+        assert_eq!(marked_targets(&stores, "t2"), [key("db")].into());
+        let names = |t: &BTreeMap<TargetKey, Target>, k: &str| -> Vec<String> {
+            t[&key(k)]
+                .autoscalers
+                .iter()
+                .map(|a| a.name.clone())
+                .collect()
+        };
+        let wanted: BTreeSet<_> = [key("web"), key("db"), key("api")].into();
+        let found = targets(&stores, &wanted, &HashSet::new());
+        assert_eq!(names(&found, "web"), ["web"]);
+        assert_eq!(names(&found, "db"), ["other"]);
+        assert!(found[&key("db")].deployment.is_some());
+        assert!(found[&key("api")].deployment.is_none());
+
+        // The stores change and no trigger says so: the stale hints are dropped.
+        dw.apply_watcher_event(&Event::Apply(deployment("web", None)));
+        hw.apply_watcher_event(&Event::Apply(scaling("other", "web", Some("t2"))));
+        hw.apply_watcher_event(&Event::Delete(scaling("api", "api", Some("t1"))));
+        assert_eq!(marked_targets(&stores, "t1"), BTreeSet::new());
+        assert_eq!(index.marked("t1"), [], "dropped");
+        assert_eq!(index.owners(), ["t2"]);
+        let found = targets(&stores, &wanted, &HashSet::new());
+        assert_eq!(names(&found, "db"), Vec::<String>::new());
+        assert!(index.scaling(&key("db")).is_empty(), "dropped");
+        assert_eq!(
+            orphaned_targets(&stores, &HashSet::new())
+                .keys()
+                .collect::<Vec<_>>(),
+            [&key("web")],
+            "t2's marked HPA scales web now: the target is read from the store"
+        );
     }
 
     /// Replicas outside the restored bounds make the HPA controller write; inside, it may not.

@@ -1,6 +1,7 @@
 //! Scheduled scaling: `ScalingTemplate` and `ClusterScalingTemplate`.
 //!
-//! Load (`load.rs`, from shared caches) → Decide (`decide.rs`, pure) → Commit
+//! Load (`load.rs`, from shared caches, through `index.rs`: where each template's marks
+//! are and what scales each target) → Decide (`decide.rs`, pure) → Commit
 //! (`commit.rs`, guarded writes); `window.rs` holds the pure window maths (over
 //! [`crate::cron`]),
 //! `controller.rs` the wiring, `schedule.rs` the `moonin schedule` command, `suggest/`
@@ -9,6 +10,7 @@
 pub mod commit;
 pub mod controller;
 pub mod decide;
+pub mod index;
 pub mod load;
 pub mod schedule;
 pub mod suggest;

@@ -761,6 +761,61 @@ async fn manual_run_suspend_and_valid_until_revert_mid_window() {
     }
 }
 
+/// An action taken out of a template while its window is open: only the marks on its target
+/// say the template wrote it, and its target is restored exactly while the other stays
+/// overridden.
+#[tokio::test]
+async fn an_action_removed_mid_window_restores_its_target_and_no_other() {
+    let client = require_cluster!();
+    let rig = Rig::new(client, "stpl-edit").await;
+    let mut originals = Vec::new();
+    for name in ["kept", "dropped"] {
+        rig.deployment(name, 1).await;
+        let hpa = rig.hpa(name, name, 1, 3).await;
+        originals.push(serde_json::to_value(&hpa.spec).expect("spec"));
+    }
+    let action = |name: &str| json!({"name": name, "target": {"name": name}, "minReplicas": 2, "maxReplicas": 5});
+    rig.template(manual_template(
+        "edited",
+        &in_secs(2),
+        "10m",
+        json!([action("kept"), action("dropped")]),
+    ))
+    .await;
+    for name in ["kept", "dropped"] {
+        hpa_is(&rig, name, 2, 5, true).await;
+        replicas_are(&rig, name, 2).await;
+    }
+
+    rig.templates()
+        .patch(
+            "edited",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"actions": [action("kept")]}})),
+        )
+        .await
+        .expect("drop an action");
+    let restored = hpa_is(&rig, "dropped", 1, 3, false).await;
+    assert_eq!(
+        serde_json::to_value(&restored.spec).expect("spec"),
+        originals[1]
+    );
+    replicas_are(&rig, "dropped", 1).await;
+    let d = rig.deployments().get("dropped").await.expect("deployment");
+    assert_eq!(annotations(&d.metadata), Vec::<String>::new());
+    hpa_is(&rig, "kept", 2, 5, true).await;
+    replicas_are(&rig, "kept", 2).await;
+    rig.phase("edited", "Active").await;
+
+    rig.delete_template("edited").await;
+    let restored = hpa_is(&rig, "kept", 1, 3, false).await;
+    assert_eq!(
+        serde_json::to_value(&restored.spec).expect("spec"),
+        originals[0]
+    );
+    replicas_are(&rig, "kept", 1).await;
+}
+
 #[tokio::test]
 async fn a_second_template_on_the_same_target_conflicts_without_flapping() {
     let client = require_cluster!();

@@ -1,0 +1,163 @@
+//! Where a template's marks are and which autoscalers scale a target, kept by the caches'
+//! triggers so that loading one template reads its own targets rather than every cached
+//! Deployment, HPA and ScaledObject.
+//!
+//! The index holds hints, never the truth: an object is added when a cache sees it carrying
+//! a template's mark (or scaling a target) and is not removed when it stops. Every read goes
+//! through the store ([`super::load`]) and drops the hints the store no longer bears out, so
+//! a stale hint costs one lookup and a missing one cannot happen (the trigger that adds it
+//! runs before the triggers that reconcile on the same change).
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
+use kube::ResourceExt;
+
+use super::decide::TargetKey;
+use super::load::{hpa_target, owned_by_scaled_object, owner_uid, scaled_object_target};
+use crate::api::keda::ScaledObject;
+use crate::runtime::cache::Trigger;
+
+/// The kinds the index points at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A Deployment (a target itself).
+    Deployment,
+    /// An HPA.
+    Hpa,
+    /// A KEDA ScaledObject.
+    ScaledObject,
+}
+
+/// One cached object, by kind, namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Ref {
+    /// Its kind.
+    pub kind: Kind,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// The hints. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Index(Arc<Mutex<Hints>>);
+
+#[derive(Default)]
+struct Hints {
+    /// Template UID → objects seen carrying its `moonin.io/owner` mark.
+    marked: HashMap<String, HashSet<Ref>>,
+    /// Target → autoscalers seen scaling it.
+    scaling: BTreeMap<TargetKey, HashSet<Ref>>,
+}
+
+impl Index {
+    fn hints(&self) -> MutexGuard<'_, Hints> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records that `r` carries the mark of template `owner` and scales `scales`.
+    fn saw(&self, r: Ref, owner: Option<String>, scales: Option<TargetKey>) {
+        if owner.is_none() && scales.is_none() {
+            return;
+        }
+        let mut h = self.hints();
+        if let Some(uid) = owner {
+            h.marked.entry(uid).or_default().insert(r.clone());
+        }
+        if let Some(key) = scales {
+            h.scaling.entry(key).or_default().insert(r);
+        }
+    }
+
+    /// The UIDs of every template whose mark has been seen.
+    pub fn owners(&self) -> Vec<String> {
+        self.hints().marked.keys().cloned().collect()
+    }
+
+    /// The objects seen carrying the mark of template `uid`.
+    pub fn marked(&self, uid: &str) -> Vec<Ref> {
+        let h = self.hints();
+        h.marked.get(uid).into_iter().flatten().cloned().collect()
+    }
+
+    /// The autoscalers seen scaling `key`.
+    pub fn scaling(&self, key: &TargetKey) -> Vec<Ref> {
+        let h = self.hints();
+        h.scaling.get(key).into_iter().flatten().cloned().collect()
+    }
+
+    /// Drops the hint that `r` carries the mark of `uid`: the store says otherwise.
+    pub fn unmarked(&self, uid: &str, r: &Ref) {
+        let mut h = self.hints();
+        if let Some(set) = h.marked.get_mut(uid) {
+            set.remove(r);
+            if set.is_empty() {
+                h.marked.remove(uid);
+            }
+        }
+    }
+
+    /// Drops the hint that `r` scales `key`: the store says otherwise.
+    pub fn not_scaling(&self, key: &TargetKey, r: &Ref) {
+        let mut h = self.hints();
+        if let Some(set) = h.scaling.get_mut(key) {
+            set.remove(r);
+            if set.is_empty() {
+                h.scaling.remove(key);
+            }
+        }
+    }
+
+    /// The trigger that keeps the hints of a Deployment cache.
+    pub fn deployments(&self) -> Trigger<Deployment> {
+        let index = self.clone();
+        Box::new(move |d: &Deployment| {
+            let owner = owner_uid(&d.metadata);
+            if owner.is_some() {
+                index.saw(Ref::of(Kind::Deployment, d), owner, None);
+            }
+        })
+    }
+
+    /// The trigger that keeps the hints of an HPA cache. An HPA KEDA created carries its
+    /// ScaledObject's marks, which are not Moonin's to act on; it is still an autoscaler of
+    /// its target.
+    pub fn hpas(&self) -> Trigger<HorizontalPodAutoscaler> {
+        let index = self.clone();
+        Box::new(move |h: &HorizontalPodAutoscaler| {
+            let owner = (!owned_by_scaled_object(&h.metadata))
+                .then(|| owner_uid(&h.metadata))
+                .flatten();
+            index.saw(Ref::of(Kind::Hpa, h), owner, hpa_target(h));
+        })
+    }
+
+    /// The trigger that keeps the hints of a ScaledObject cache.
+    pub fn scaled_objects(&self) -> Trigger<ScaledObject> {
+        let index = self.clone();
+        Box::new(move |s: &ScaledObject| {
+            let owner = owner_uid(&s.metadata);
+            index.saw(
+                Ref::of(Kind::ScaledObject, s),
+                owner,
+                scaled_object_target(s),
+            );
+        })
+    }
+}
+
+impl Ref {
+    /// The reference of `o`, of `kind`.
+    pub fn of<K: kube::Resource>(kind: Kind, o: &K) -> Self {
+        Self {
+            kind,
+            namespace: o.namespace().unwrap_or_default(),
+            name: o.name_any(),
+        }
+    }
+}

@@ -152,7 +152,23 @@ pub fn live_uids(stores: &Stores) -> HashSet<String> {
     uids
 }
 
-fn marks(meta: &ObjectMeta, live: &HashSet<String>) -> Marks {
+/// Whether the template `owner` names exists now, with the UID it records.
+fn owner_live(stores: &Stores, owner: &OwnerRecord) -> bool {
+    let same = |meta: &ObjectMeta| meta.uid.as_deref() == Some(owner.uid.as_str());
+    match &owner.namespace {
+        _ if owner.kind == <ClusterScalingTemplate as kube::Resource>::kind(&()) => stores
+            .cluster_templates
+            .get(&ObjectRef::new(&owner.name))
+            .is_some_and(|t| same(&t.metadata)),
+        Some(ns) => stores
+            .templates
+            .get(&ObjectRef::new(&owner.name).within(ns))
+            .is_some_and(|t| same(&t.metadata)),
+        None => false,
+    }
+}
+
+fn marks(meta: &ObjectMeta, stores: &Stores) -> Marks {
     let annotations = meta.annotations.as_ref();
     let mut m = Marks {
         has_annotations: annotations.is_some(),
@@ -165,7 +181,7 @@ fn marks(meta: &ObjectMeta, live: &HashSet<String>) -> Marks {
     if let Some(raw) = annotations.and_then(|a| a.get(keys::OWNER)) {
         match serde_json::from_str::<OwnerRecord>(raw) {
             Ok(o) => {
-                m.owner_live = live.contains(&o.uid);
+                m.owner_live = owner_live(stores, &o);
                 m.owner = Some(o);
             }
             Err(e) => {
@@ -307,9 +323,9 @@ fn autoscaler_from(
     meta: &ObjectMeta,
     min: Option<i32>,
     max: Option<i32>,
-    live: &HashSet<String>,
+    stores: &Stores,
 ) -> Autoscaler {
-    let mut m = marks(meta, live);
+    let mut m = marks(meta, stores);
     let original = match annotation(meta, keys::ORIGINAL) {
         None => None,
         Some(raw) => match serde_json::from_str::<Original>(raw) {
@@ -359,8 +375,8 @@ fn autoscaler_from(
     }
 }
 
-fn workload_from(d: &Deployment, live: &HashSet<String>) -> Workload {
-    let mut m = marks(&d.metadata, live);
+fn workload_from(d: &Deployment, stores: &Stores) -> Workload {
+    let mut m = marks(&d.metadata, stores);
     let original_replicas = match annotation(&d.metadata, keys::ORIGINAL_REPLICAS) {
         None => None,
         Some(raw) => match raw.parse::<i32>() {
@@ -385,11 +401,7 @@ fn workload_from(d: &Deployment, live: &HashSet<String>) -> Workload {
 }
 
 /// Every target in `keys`, with its Deployment and autoscalers, from the caches.
-pub fn targets(
-    stores: &Stores,
-    wanted: &BTreeSet<TargetKey>,
-    live: &HashSet<String>,
-) -> BTreeMap<TargetKey, Target> {
+pub fn targets(stores: &Stores, wanted: &BTreeSet<TargetKey>) -> BTreeMap<TargetKey, Target> {
     let mut out: BTreeMap<TargetKey, Target> = wanted
         .iter()
         .map(|k| (k.clone(), Target::default()))
@@ -399,7 +411,7 @@ pub fn targets(
         if let Some(d) = stores.deployments.get(&r)
             && let Some(t) = out.get_mut(key)
         {
-            t.deployment = Some(workload_from(&d, live));
+            t.deployment = Some(workload_from(&d, stores));
         }
     }
     let now = Timestamp::now();
@@ -416,7 +428,7 @@ pub fn targets(
             &hpa.metadata,
             hpa.spec.min_replicas,
             Some(hpa.spec.max_replicas),
-            live,
+            stores,
         );
         let replicas = t.deployment.as_ref().and_then(|d| d.replicas);
         a.bounds_written = last_writes(&hpa.metadata).0;
@@ -447,7 +459,7 @@ pub fn targets(
                     &so.metadata,
                     so.spec.min_replica_count,
                     so.spec.max_replica_count,
-                    live,
+                    stores,
                 );
                 // KEDA carries the bounds to its HPA (a minimum of 0 scales to zero
                 // through a minimum of 1 there), which it is sure to do, and the HPA
@@ -539,7 +551,7 @@ pub fn orphaned_targets(stores: &Stores, live: &HashSet<String>) -> BTreeMap<Tar
             wanted.extend(marked_targets(stores, &uid));
         }
     }
-    targets(stores, &wanted, live)
+    targets(stores, &wanted)
 }
 
 /// The snapshot of one template.
@@ -564,9 +576,8 @@ pub fn snapshot<T: Template>(tpl: &T, stores: &Stores) -> Snapshot {
     };
     let mut wanted: BTreeSet<TargetKey> = view.actions.iter().map(|a| view.target_key(a)).collect();
     wanted.extend(marked_targets(stores, &uid));
-    let live = live_uids(stores);
     Snapshot {
-        targets: targets(stores, &wanted, &live),
+        targets: targets(stores, &wanted),
         template: view,
     }
 }
@@ -808,11 +819,39 @@ mod tests {
                 .collect()
         };
         let wanted: BTreeSet<_> = [key("web"), key("db"), key("api")].into();
-        let found = targets(&stores, &wanted, &HashSet::new());
+        let found = targets(&stores, &wanted);
         assert_eq!(names(&found, "web"), ["web"]);
         assert_eq!(names(&found, "db"), ["other"]);
         assert!(found[&key("db")].deployment.is_some());
         assert!(found[&key("api")].deployment.is_none());
+        let owner_live = |t: &BTreeMap<TargetKey, Target>| {
+            t[&key("web")]
+                .deployment
+                .as_ref()
+                .map(|d| d.marks.owner_live)
+        };
+        assert_eq!(owner_live(&found), Some(false), "no template t1");
+        let template = |uid: &str| -> ScalingTemplate {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "peak", "namespace": "shop", "uid": uid},
+                "spec": {"schedule": "0 8 * * *", "duration": "1h", "actions": []},
+            }))
+            .expect("template")
+        };
+        let (templates, mut tw) = reflector::store::<ScalingTemplate>();
+        let stores = Stores {
+            templates,
+            ..stores
+        };
+        tw.apply_watcher_event(&Event::Apply(template("t0")));
+        let found = targets(&stores, &wanted);
+        assert_eq!(
+            owner_live(&found),
+            Some(false),
+            "peak re-created: another UID"
+        );
+        tw.apply_watcher_event(&Event::Apply(template("t1")));
+        assert_eq!(owner_live(&targets(&stores, &wanted)), Some(true));
 
         // The stores change and no trigger says so: the stale hints are dropped.
         dw.apply_watcher_event(&Event::Apply(deployment("web", None)));
@@ -821,7 +860,7 @@ mod tests {
         assert_eq!(marked_targets(&stores, "t1"), BTreeSet::new());
         assert_eq!(index.marked("t1"), [], "dropped");
         assert_eq!(index.owners(), ["t2"]);
-        let found = targets(&stores, &wanted, &HashSet::new());
+        let found = targets(&stores, &wanted);
         assert_eq!(names(&found, "db"), Vec::<String>::new());
         assert!(index.scaling(&key("db")).is_empty(), "dropped");
         assert_eq!(

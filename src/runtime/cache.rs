@@ -83,8 +83,11 @@ pub fn cache<K: Cached>(
                     t(o);
                 }
             };
-            let changed = match &event {
-                Ok(watcher::Event::Apply(o)) => changed(reader.get(&ObjectRef::from_obj(o)), o),
+            let mut event = event;
+            let changed = match &mut event {
+                Ok(watcher::Event::Apply(o)) => {
+                    changed(reader.get(&ObjectRef::from_obj(o)).as_deref(), o)
+                }
                 _ => true,
             };
             if let Ok(e) = &event {
@@ -124,13 +127,19 @@ pub fn cache<K: Cached>(
 }
 
 /// Whether `new` differs from the `stored` version of it in more than its resourceVersion.
-fn changed<K: Cached>(stored: Option<Arc<K>>, new: &K) -> bool {
+/// `new` is compared under the stored resourceVersion and given its own back: no copy of
+/// either object is made.
+fn changed<K: Cached>(stored: Option<&K>, new: &mut K) -> bool {
     let Some(stored) = stored else {
         return true;
     };
-    let mut same = (*stored).clone();
-    same.meta_mut().resource_version = new.meta().resource_version.clone();
-    same != *new
+    let own = std::mem::replace(
+        &mut new.meta_mut().resource_version,
+        stored.meta().resource_version.clone(),
+    );
+    let changed = stored != new;
+    new.meta_mut().resource_version = own;
+    changed
 }
 
 /// A relist in progress: what the store held when it began, and what it has listed so far.
@@ -498,10 +507,12 @@ mod tests {
             c.spec.pool_ref.as_mut().expect("a pool").name = pool.into();
             c
         };
-        assert!(changed(None, &valid("1", "p")), "never stored");
-        let stored = Some(Arc::new(valid("1", "p")));
-        assert!(!changed(stored.clone(), &valid("2", "p")));
-        assert!(changed(stored, &valid("2", "q")));
+        assert!(changed(None, &mut valid("1", "p")), "never stored");
+        let stored = valid("1", "p");
+        let mut again = valid("2", "p");
+        assert!(!changed(Some(&stored), &mut again));
+        assert_eq!(again.resource_version().as_deref(), Some("2"), "its own");
+        assert!(changed(Some(&stored), &mut valid("2", "q")));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! runs before the triggers that reconcile on the same change).
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, HashSet},
     sync::{Arc, Mutex, MutexGuard},
 };
 
@@ -20,6 +20,20 @@ use super::decide::TargetKey;
 use super::load::{hpa_target, owned_by_scaled_object, owner_uid, scaled_object_target};
 use crate::api::keda::ScaledObject;
 use crate::runtime::cache::Trigger;
+
+/// Drops `r` from the hints under `key`, and `key` once it has none.
+fn forget<Q, B>(hints: &mut BTreeMap<Q, HashSet<Ref>>, key: &B, r: &Ref)
+where
+    Q: Ord + std::borrow::Borrow<B>,
+    B: Ord + ?Sized,
+{
+    if let Some(set) = hints.get_mut(key) {
+        set.remove(r);
+        if set.is_empty() {
+            hints.remove(key);
+        }
+    }
+}
 
 /// The kinds the index points at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,7 +64,7 @@ pub struct Index(Arc<Mutex<Hints>>);
 #[derive(Default)]
 struct Hints {
     /// Template UID → objects seen carrying its `moonin.io/owner` mark.
-    marked: HashMap<String, HashSet<Ref>>,
+    marked: BTreeMap<String, HashSet<Ref>>,
     /// Target → autoscalers seen scaling it.
     scaling: BTreeMap<TargetKey, HashSet<Ref>>,
 }
@@ -93,24 +107,12 @@ impl Index {
 
     /// Drops the hint that `r` carries the mark of `uid`: the store says otherwise.
     pub fn unmarked(&self, uid: &str, r: &Ref) {
-        let mut h = self.hints();
-        if let Some(set) = h.marked.get_mut(uid) {
-            set.remove(r);
-            if set.is_empty() {
-                h.marked.remove(uid);
-            }
-        }
+        forget(&mut self.hints().marked, uid, r);
     }
 
     /// Drops the hint that `r` scales `key`: the store says otherwise.
     pub fn not_scaling(&self, key: &TargetKey, r: &Ref) {
-        let mut h = self.hints();
-        if let Some(set) = h.scaling.get_mut(key) {
-            set.remove(r);
-            if set.is_empty() {
-                h.scaling.remove(key);
-            }
-        }
+        forget(&mut self.hints().scaling, key, r);
     }
 
     /// The trigger that keeps the hints of a Deployment cache.

@@ -21,13 +21,22 @@ use crate::{
     CREATE_CONCURRENCY, Carrier, HPA_MAX, HPA_MIN, POLL, Params, REPLICAS,
     objects::{deployment, hpa, invalid_template, scaled_object, template},
     probes::{moonin_events, spec_floor, write_floor},
-    report::{Floors, Leftovers, LogSummary, Report},
+    report::{Floor, Floors, Leftovers, LogSummary, Report},
     server::{ServerTimes, machine_note, rival_managers, server_times_async},
     shared::{
-        harness::Manager, machine::builds, machine::wait_until_quiet, manager as bench_manager,
-        manager::ManagerSeat, report::progress, stats::Stats, wait,
+        harness::Manager,
+        machine::builds,
+        machine::wait_until_quiet,
+        manager as bench_manager,
+        manager::ManagerSeat,
+        report::progress,
+        stats::{Stats, stats},
+        wait,
     },
-    watch::{Latencies, Shared, on_deployment, on_hpa, on_scaled_object, on_template, spawn_watch},
+    watch::{
+        Latencies, Seen, Shared, both_latencies, floor_latencies, on_deployment, on_hpa,
+        on_scaled_object, on_template, spawn_watch,
+    },
     window::{run_window, start_manager},
 };
 
@@ -107,13 +116,7 @@ pub async fn measure(
     // The API server's write floor on this machine: the same number of writes (one per
     // Deployment and one per HPA, Deployment first), sent by this process as fast as the
     // same in-flight bound allows. Annotation-only, so no controller cascades follow.
-    let (floor, floor_server) = with_server_times(write_floor(&t, &names, "before")).await;
-    if let Some(f) = &floor {
-        progress(&format!(
-            "write floor: {} writes, p99 {:.0} ms, all done after {:.0} ms",
-            f.n, f.p99, f.max
-        ));
-    }
+    let (floor, floor_server) = with_server_times(write_floor_seen(&t, &names, "before")).await;
 
     // The same floor with the window's own spec writes: what those writes cost with the
     // Deployment and HPA controllers reacting to them. Open, settle, close, settle; then
@@ -161,7 +164,7 @@ pub async fn measure(
         m.terminate(Duration::from_secs(30)).await;
     }
     wait_for_quiet_machine(p, identity).await;
-    let floor_after = write_floor(&t, &names, "after").await;
+    let floor_after = write_floor_seen(&t, &names, "after").await;
     let spec_floor_after = match t.carrier {
         Carrier::Hpa => spec_floors(&t, &names).await,
         Carrier::ScaledObject => None,
@@ -195,27 +198,75 @@ async fn with_server_times<T>(run: impl Future<Output = T>) -> (T, (ServerTimes,
     (out, (before, server_times_async().await))
 }
 
-/// The spec-write floor, open then close (see [`spec_floor`]).
-async fn spec_floors(t: &Targets, names: &[String]) -> Option<(Stats, Stats)> {
+/// The write floor (see [`write_floor`]) with its annotation's `value`, timed per target
+/// by the watches as the edges are (see [`Floor`]).
+async fn write_floor_seen(t: &Targets, names: &[String], value: &str) -> Option<Floor> {
+    let began = Timestamp::now();
+    let answered = write_floor(t, names, value).await?;
+    let seen = until_seen(t, names, |s| floor_latencies(s, names, began, value)).await?;
+    progress(&format!(
+        "write floor: {} writes, p99 {:.0} ms answered; per target, p99 {:.0} ms seen by the watches",
+        answered.n, answered.p99, seen.p99
+    ));
+    Some(Floor { seen, answered })
+}
+
+/// The latencies `of` what the watches saw, once they cover every target (at most 30 s
+/// after the writes were answered; fewer are reported as they are).
+async fn until_seen(
+    t: &Targets,
+    names: &[String],
+    of: impl Fn(&Seen) -> Vec<f64>,
+) -> Option<Stats> {
+    let of = &of;
+    let all = wait::until(
+        "the watches to show every floor write",
+        Instant::now() + Duration::from_secs(30),
+        POLL,
+        || async {
+            let s = t.seen.lock().expect("seen");
+            let v = of(&s);
+            (v.len() == names.len()).then_some(v)
+        },
+    )
+    .await;
+    stats(all.unwrap_or_else(|_| of(&t.seen.lock().expect("seen"))))
+}
+
+/// The spec-write floor, open then close (see [`spec_floor`]), each timed per target by
+/// the watches from the instant it began (see [`Floor`]).
+async fn spec_floors(t: &Targets, names: &[String]) -> Option<(Floor, Floor)> {
+    forget_edges(t);
+    let began = Timestamp::now();
     let open = spec_floor(t, names, true).await;
+    let open_seen = until_seen(t, names, |s| both_latencies(s, names, began, |e| e.open)).await;
     settle(t, names, crate::ACTION_MIN).await;
+    let began = Timestamp::now();
     let close = spec_floor(t, names, false).await;
+    let close_seen = until_seen(t, names, |s| both_latencies(s, names, began, |e| e.close)).await;
     settle(t, names, REPLICAS).await;
-    {
-        let mut seen = t.seen.lock().expect("seen");
-        seen.hpas.values_mut().for_each(|e| *e = Default::default());
-        seen.deployments
-            .values_mut()
-            .for_each(|e| *e = Default::default());
-    }
-    let floors = open.zip(close);
+    forget_edges(t);
+    let floor = |seen: Option<Stats>, answered: Option<Stats>| {
+        seen.zip(answered)
+            .map(|(seen, answered)| Floor { seen, answered })
+    };
+    let floors = floor(open_seen, open).zip(floor(close_seen, close));
     if let Some((o, c)) = &floors {
         progress(&format!(
-            "spec-write floor: open p99 {:.0} ms, close p99 {:.0} ms",
-            o.p99, c.p99
+            "spec-write floor: open p99 {:.0} ms answered, {:.0} ms seen; close p99 {:.0} ms answered, {:.0} ms seen",
+            o.answered.p99, o.seen.p99, c.answered.p99, c.seen.p99
         ));
     }
     floors
+}
+
+/// The watches forget the edges they saw: the next writes' are timed afresh.
+fn forget_edges(t: &Targets) {
+    let mut seen = t.seen.lock().expect("seen");
+    seen.hpas.values_mut().for_each(|e| *e = Default::default());
+    seen.deployments
+        .values_mut()
+        .for_each(|e| *e = Default::default());
 }
 
 /// Waits (at most 2 minutes) until every Deployment has exactly `replicas` available.

@@ -34,7 +34,7 @@ use crate::{
 /// target's Deployment and then its autoscaler (HPA or ScaledObject): writes no controller
 /// reacts to. See [`send`].
 pub async fn write_floor(t: &Targets, names: &[String], value: &str) -> Option<Stats> {
-    let patch = json!({"metadata": {"annotations": {"bench/floor": value}}});
+    let patch = json!({"metadata": {"annotations": {(crate::watch::FLOOR_KEY): value}}});
     send(t, names, &patch, &patch).await
 }
 

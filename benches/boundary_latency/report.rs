@@ -92,15 +92,27 @@ pub struct LogSummary {
     pub path: String,
 }
 
+/// One floor: its writes timed as the edges are, and as their responses came back.
+#[derive(Clone, Copy)]
+pub struct Floor {
+    /// Per target, from the instant the floor began to the first watch event of this
+    /// process showing its second write: how the edges' "target done" is timed, so the
+    /// ratio compares like with like.
+    pub seen: Stats,
+    /// Per write, from that instant to its response (what the sender itself sees; a
+    /// watch event follows the response).
+    pub answered: Stats,
+}
+
 /// The floors measured at one point of the run.
 #[derive(Clone, Copy)]
 pub struct Floors {
     /// The same number of writes sent by this process at one instant (see
     /// [`crate::probes::write_floor`]).
-    pub write: Option<Stats>,
+    pub write: Option<Floor>,
     /// The window's own spec writes sent by this process, open and close (see
     /// [`crate::probes::spec_floor`]); HPAs only.
-    pub spec: Option<(Stats, Stats)>,
+    pub spec: Option<(Floor, Floor)>,
 }
 
 /// Everything one run measured.
@@ -162,7 +174,7 @@ impl Report {
     /// the minimum, and the conflict retries among them.
     fn print_edges(&self, p: &Params) {
         let min = p.minimum_writes() as f64;
-        let floor = self.floors.write.map(|f| f.p99);
+        let floor = self.floors.write.map(|f| f.seen.p99);
         println!();
         println!(
             "## Edges against the floor ({}; the floor measured in this run)",
@@ -174,9 +186,12 @@ impl Report {
         );
         println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
         let l = &self.latencies;
-        let spec = self.floors.spec.map(|(o, c)| (o.p99, c.p99));
-        let floor_after = self.floors_after.write.map(|f| f.p99);
-        let spec_after = self.floors_after.spec.map(|(o, c)| (o.p99, c.p99));
+        let spec = self.floors.spec.map(|(o, c)| (o.seen.p99, c.seen.p99));
+        let floor_after = self.floors_after.write.map(|f| f.seen.p99);
+        let spec_after = self
+            .floors_after
+            .spec
+            .map(|(o, c)| (o.seen.p99, c.seen.p99));
         for (what, values, b, spec, spec_after) in [
             (
                 "open",
@@ -286,10 +301,11 @@ impl Report {
             }
         }
         match &self.floors.write {
-            Some(f) => println!(
-                "| *floor: the same {} writes sent by this benchmark at one instant, {} in flight (annotation patches: no controller reacts)* | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+            Some(Floor { seen: f, answered }) => println!(
+                "| *floor: the same {} writes sent by this benchmark at one instant, {} in flight (annotation patches: no controller reacts); per target, both writes seen by the watches (their responses: p99 {:.0} ms)* | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
                 2 * n,
                 moonin::scaling::commit::MAX_IN_FLIGHT,
+                answered.p99,
                 f.n,
                 f.p50,
                 f.p95,
@@ -308,14 +324,15 @@ impl Report {
             ("close", self.floors.spec.map(|s| s.1)),
         ] {
             match f {
-                Some(f) => println!(
-                    "| *spec-write floor, {edge}: the window's own {} spec writes sent by this benchmark (the controllers react{})* | {} | {:.0} | {:.0} | {:.0} | {:.0} | — |",
+                Some(Floor { seen: f, answered }) => println!(
+                    "| *spec-write floor, {edge}: the window's own {} spec writes sent by this benchmark (the controllers react{}); per target, both writes seen by the watches (their responses: p99 {:.0} ms)* | {} | {:.0} | {:.0} | {:.0} | {:.0} | — |",
                     2 * n,
                     if edge == "close" {
                         "; the autoscaler first, then the Deployment, as Moonin does (after the HPA controller has acted when it must rescale)"
                     } else {
                         ""
                     },
+                    answered.p99,
                     f.n,
                     f.p50,
                     f.p95,

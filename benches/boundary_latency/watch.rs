@@ -79,6 +79,21 @@ pub struct Seen {
     pub template_changes: u64,
     pub relists: u32,
     pub errors: u32,
+    /// Per autoscaler (0) and Deployment (1): when each value of the write floor's
+    /// annotation ([`FLOOR_KEY`]) was first seen on it.
+    pub floor_marks: HashMap<(usize, String, String), Timestamp>,
+}
+
+/// The annotation the write floor patches (a new value each time it runs).
+pub const FLOOR_KEY: &str = "bench/floor";
+
+/// Records the first sighting of the write floor's value on one object.
+fn mark_floor(seen: &mut Seen, kind: usize, o: &impl ResourceExt, at: Timestamp) {
+    if let Some(value) = o.annotations().get(FLOOR_KEY) {
+        seen.floor_marks
+            .entry((kind, o.name_any(), value.clone()))
+            .or_insert(at);
+    }
 }
 
 /// [`Seen`], written by the watches and read by the run.
@@ -87,6 +102,7 @@ pub type Shared = Arc<Mutex<Seen>>;
 pub fn on_hpa(seen: &mut Seen, h: &HorizontalPodAutoscaler, at: Timestamp) {
     let value = (h.spec.min_replicas.unwrap_or(1), h.spec.max_replicas);
     let marked = h.annotations().contains_key(keys::ORIGINAL);
+    mark_floor(seen, 0, h, at);
     seen.observed.insert(
         h.name_any(),
         (last_writes(&h.metadata).0, status_after_spec(&h.metadata)),
@@ -107,6 +123,7 @@ pub fn on_scaled_object(seen: &mut Seen, so: &ScaledObject, at: Timestamp) {
         so.spec.max_replica_count.unwrap_or(100),
     );
     let marked = so.annotations().contains_key(keys::ORIGINAL);
+    mark_floor(seen, 0, so, at);
     seen.hpas.entry(so.name_any()).or_default().record(
         value,
         at,
@@ -126,6 +143,7 @@ pub fn on_deployment(seen: &mut Seen, d: &Deployment, at: Timestamp) {
     let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let marked = d.annotations().contains_key(keys::ORIGINAL_REPLICAS);
     let name = d.name_any();
+    mark_floor(seen, 1, d, at);
     let available = d
         .status
         .as_ref()
@@ -163,6 +181,33 @@ where
 /// Milliseconds from `boundary` to `at`.
 pub fn ms_since(boundary: Timestamp, at: Timestamp) -> f64 {
     at.duration_since(boundary).as_millis_f64()
+}
+
+/// Per target whose two writes of the write floor's `value` have both been seen: from
+/// `began` to the later of the two, as [`Latencies`] times an edge's target.
+pub fn floor_latencies(seen: &Seen, names: &[String], began: Timestamp, value: &str) -> Vec<f64> {
+    let first = |kind: usize, name: &str| {
+        seen.floor_marks
+            .get(&(kind, name.to_string(), value.to_string()))
+            .copied()
+    };
+    names
+        .iter()
+        .filter_map(|n| first(0, n).zip(first(1, n)))
+        .map(|(h, d)| ms_since(began, h.max(d)))
+        .collect()
+}
+
+/// Per target whose edge `pick` has been seen on both its objects: from `began` to the
+/// later of the two (the edges' "target done").
+pub fn both_latencies(
+    seen: &Seen,
+    names: &[String],
+    began: Timestamp,
+    pick: fn(&Edges) -> Option<Timestamp>,
+) -> Vec<f64> {
+    let [_, _, both] = latencies(seen, names, began, pick);
+    both
 }
 
 /// Per target: boundary → the edge `pick` of the HPA, of the Deployment, and of both.

@@ -401,6 +401,36 @@ impl Report {
                 }
             );
         }
+        self.print_manager_view();
+    }
+
+    /// The manager's own `moonin_scaling_edge_delay_seconds`, once the close settled.
+    fn print_manager_view(&self) {
+        let delays = &self.window.close.settled.edge_delays;
+        println!();
+        println!(
+            "The manager's own view (`moonin_scaling_edge_delay_seconds`: from the scheduled edge to the end of the reconcile that acted on it, its status written; bucket bounds):"
+        );
+        println!();
+        for edge in ["open", "close"] {
+            let line = delays.get(edge).filter(|h| h.count > 0.0).map_or_else(
+                || "none counted".to_string(),
+                |h| {
+                    let bound = |q| {
+                        h.bound(q)
+                            .map_or_else(|| "—".into(), |b| format!("≤ {b} s"))
+                    };
+                    format!(
+                        "{:.0} templates, mean {:.0} ms, half {}, 99 % {}",
+                        h.count,
+                        1000.0 * h.sum / h.count,
+                        bound(0.5),
+                        bound(0.99)
+                    )
+                },
+            );
+            println!("- {edge}: {line}");
+        }
     }
 
     fn print_writes(&self, p: &Params) {

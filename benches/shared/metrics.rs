@@ -40,6 +40,30 @@ pub struct Counters {
     pub errors: BTreeMap<String, f64>,
     /// `moonin_reconciliations_total`.
     pub reconciles: f64,
+    /// `moonin_scaling_edge_delay_seconds` by `edge` (as scraped, not differenced).
+    pub edge_delays: BTreeMap<String, Histogram>,
+}
+
+/// One series of a Prometheus histogram.
+#[derive(Clone, Default, Debug)]
+pub struct Histogram {
+    /// Observations.
+    pub count: f64,
+    /// Their sum.
+    pub sum: f64,
+    /// Cumulative counts by upper bound, in the order rendered (`+Inf` last).
+    pub buckets: Vec<(f64, f64)>,
+}
+
+impl Histogram {
+    /// The smallest bucket bound that holds fraction `q` of the observations.
+    pub fn bound(&self, q: f64) -> Option<f64> {
+        let want = q * self.count;
+        self.buckets
+            .iter()
+            .find(|(_, cum)| *cum >= want && self.count > 0.0)
+            .map(|(le, _)| *le)
+    }
 }
 
 impl Counters {
@@ -48,6 +72,20 @@ impl Counters {
         let mut c = Counters::default();
         for line in body.lines() {
             let Some(v) = value(line) else { continue };
+            if let Some(rest) = line.strip_prefix("moonin_scaling_edge_delay_seconds_") {
+                let h = c
+                    .edge_delays
+                    .entry(label(line, "edge").to_string())
+                    .or_default();
+                if rest.starts_with("count") {
+                    h.count = v;
+                } else if rest.starts_with("sum") {
+                    h.sum = v;
+                } else if let Ok(le) = label(line, "le").parse::<f64>() {
+                    h.buckets.push((le, v));
+                }
+                continue;
+            }
             let (map, by) = if line.starts_with("moonin_api_requests_total{") {
                 (&mut c.requests, "verb")
             } else if line.starts_with("moonin_api_writes_total{") {
@@ -78,6 +116,7 @@ impl Counters {
             writes: diff(&self.writes, &earlier.writes),
             errors: diff(&self.errors, &earlier.errors),
             reconciles: self.reconciles - earlier.reconciles,
+            edge_delays: self.edge_delays.clone(),
         }
     }
 

@@ -34,6 +34,13 @@ pub struct WriteLabels {
     pub kind: String,
 }
 
+/// Labels of the scaling controller's edge delays.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EdgeLabels {
+    /// `open` or `close`.
+    pub edge: &'static str,
+}
+
 /// Labels of the request counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -65,6 +72,9 @@ pub struct Metrics {
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     /// `moonin_reconcile_duration_seconds{controller}`.
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
+    /// `moonin_scaling_edge_delay_seconds{edge}`: from a scheduled window edge to the end
+    /// of the reconcile that acted on it.
+    pub scaling_edge_delay: Family<EdgeLabels, Histogram>,
     /// `moonin_leader`: 1 while this process holds the leader Lease.
     pub leader: Gauge,
     /// `moonin_api_reachable`: 1 while the API server answers the leader election's requests
@@ -117,6 +127,14 @@ impl Metrics {
             "Time spent in one reconcile, per controller",
             reconcile_duration.clone(),
         );
+        let scaling_edge_delay = Family::<EdgeLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0])
+        });
+        registry.register(
+            "scaling_edge_delay_seconds",
+            "From a window edge a ScalingTemplate's status announced to the end of the reconcile that acted on it (its writes and status answered), per edge",
+            scaling_edge_delay.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -164,6 +182,7 @@ impl Metrics {
             reconciliations,
             reconcile_errors,
             reconcile_duration,
+            scaling_edge_delay,
             leader,
             api_reachable,
             api_writes,
@@ -408,6 +427,9 @@ mod tests {
                 controller: "scaling".into(),
             })
             .observe(0.02);
+        m.scaling_edge_delay
+            .get_or_create(&EdgeLabels { edge: "open" })
+            .observe(0.3);
         m.leader.set(1);
         m.requested(&http::Method::GET, "/api/v1/pods", Some("watch=true"));
         let text = m.render();
@@ -417,6 +439,9 @@ mod tests {
             "moonin_api_requests_total{verb=\"watch\"} 1",
             "moonin_build_info{version=\"",
             "# TYPE moonin_reconcile_duration_seconds histogram",
+            "moonin_scaling_edge_delay_seconds_count{edge=\"open\"} 1",
+            "moonin_scaling_edge_delay_seconds_bucket{le=\"0.5\",edge=\"open\"} 1",
+            "moonin_scaling_edge_delay_seconds_bucket{le=\"0.25\",edge=\"open\"} 0",
             "# EOF",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");

@@ -36,7 +36,7 @@ use crate::runtime::{
 };
 use crate::runtime::{
     context::{Context, Readiness, Registered},
-    metrics::{ControllerLabels, ErrorLabels},
+    metrics::{ControllerLabels, EdgeLabels, ErrorLabels},
 };
 
 /// How long the sweep waits between passes when nothing wakes it.
@@ -168,6 +168,21 @@ where
         .get_or_create(&labels)
         .observe(started.elapsed().as_secs_f64());
     let retry = result?;
+    if !plan.defer_status {
+        // The status written names the edges: no later decision counts them again.
+        let done = Timestamp::now();
+        for e in &plan.edges {
+            let labels = EdgeLabels {
+                edge: if e.opens { "open" } else { "close" },
+            };
+            let delay = done.duration_since(e.at).as_secs_f64().max(0.0);
+            shared
+                .metrics
+                .scaling_edge_delay
+                .get_or_create(&labels)
+                .observe(delay);
+        }
+    }
     let wait = plan.requeue_at.duration_since(Timestamp::now());
     let wait = Duration::try_from(wait).unwrap_or(Duration::ZERO);
     Ok(Action::requeue(retry.map_or(wait, |r| r.min(wait))))

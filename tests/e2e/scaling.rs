@@ -84,6 +84,14 @@ impl Rig {
         }
     }
 
+    /// The value of the manager's `/metrics` sample `series` (its name and labels as
+    /// rendered); `None` when it has no such sample.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let body = self.manager.as_ref()?.get("/metrics")?.1;
+        body.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
     /// Sum of the scaling controller's `moonin_api_writes_total` over every kind.
     pub fn writes(&self) -> f64 {
         let body = self
@@ -383,6 +391,14 @@ async fn hpa_override_and_byte_for_byte_restore() {
     .await;
     let d = rig.deployments().get("web").await.expect("deployment");
     assert_eq!(annotations(&d.metadata), Vec::<String>::new());
+    // The window's end was scheduled: its delay is counted once; a manual run's start is
+    // no scheduled edge.
+    let delays = |edge: &str| {
+        rig.metric(&format!(
+            "moonin_scaling_edge_delay_seconds_count{{edge=\"{edge}\"}}"
+        ))
+    };
+    assert_eq!((delays("close"), delays("open")), (Some(1.0), None));
 
     // Back under the HPA's control: raising its minimum scales the Deployment.
     rig.hpas()

@@ -1033,6 +1033,68 @@ fn re_reconcile_writes_nothing() {
     assert_eq!(plan.status, prev);
 }
 
+/// A window the status announced is counted once as it opens and once as it closes, from
+/// its scheduled instants; a window the template was created into, and a manual run, are
+/// not scheduled edges.
+#[test]
+fn scheduled_edges_are_counted_once_from_the_instant_the_status_announced() {
+    let monday = |t: &str| ts(&format!("2026-11-30T{t}Z"));
+    let edge = |opens, at: &str| Edge {
+        opens,
+        at: monday(at),
+    };
+    // Reconciles until nothing is left to write, and records the last status.
+    let settle = |s: &mut Snapshot, at: Timestamp| {
+        let plan = converge(s, at, 4);
+        s.template.status = plan.status.clone();
+        plan
+    };
+    let mut s = snap(
+        template(vec![checkout()]),
+        vec![("checkout", fresh_target())],
+    );
+    assert_eq!(settle(&mut s, monday("07:00:00")).edges, vec![]);
+    assert_eq!(
+        s.template.status.next_windows[0].start.0,
+        monday("08:00:00")
+    );
+
+    // Decided 2.5 s late, the edge is the scheduled instant, and only the first decision
+    // after it (the one whose status records the window) counts it.
+    let late = monday("08:00:02.5");
+    assert_eq!(decide(&s, late).edges, vec![edge(true, "08:00:00")]);
+    let plan = settle(&mut s, late);
+    assert_eq!(
+        s.template.status.window.as_ref().map(|w| w.start.0),
+        Some(monday("08:00:00"))
+    );
+    assert_eq!((plan.ops.len(), plan.edges), (0, vec![]));
+    assert_eq!(decide(&s, monday("12:00:00")).edges, vec![]);
+
+    let closing = monday("18:00:01");
+    assert_eq!(decide(&s, closing).edges, vec![edge(false, "18:00:00")]);
+    let plan = settle(&mut s, closing);
+    assert_eq!((plan.ops.len(), plan.edges), (0, vec![]));
+    assert_eq!(s.template.status.window, None);
+
+    // Created while its window is open: the window was never announced.
+    let mut created = snap(
+        template(vec![checkout()]),
+        vec![("checkout", fresh_target())],
+    );
+    assert_eq!(decide(&created, monday("09:00:00")).edges, vec![]);
+    // A manual run opens a window no status announced; its end is scheduled.
+    let mut manual = window_spec();
+    manual.manual_run = Some(ManualRun {
+        start_time: Time(monday("20:00:00")),
+        duration: Some("30m".parse().unwrap_or_else(|e| panic!("{e:?}"))),
+    });
+    created.template.window = manual;
+    let plan = settle(&mut created, monday("20:00:00"));
+    assert!(created.template.status.window.is_some(), "{plan:?}");
+    assert_eq!(plan.edges, vec![]);
+}
+
 // ---------------------------------------------------------------------------------------
 // 3. Spec change mid-window.
 

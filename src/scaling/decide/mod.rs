@@ -38,7 +38,8 @@ pub mod snapshot;
 pub mod status;
 
 pub use plan::{
-    EventNote, Finalizer, ObjectKind, Op, Plan, Wave, Write, override_hash, provisional_name, state,
+    Edge, EventNote, Finalizer, ObjectKind, Op, Plan, Wave, Write, override_hash, provisional_name,
+    state,
 };
 pub use restore::{sweep, sweep_waits};
 pub use snapshot::{
@@ -169,14 +170,16 @@ pub fn decide(snap: &Snapshot, now: Timestamp) -> Plan {
     let restoring = !restores.waiting.is_empty();
     let (phase, desired) = status::conditions(snap, &window, &outcomes, restoring, &mut events);
     let executions = status::executions(&t.status, &window, &outcomes, now);
+    let active = window.active.map(|w| WindowStatus {
+        trigger: w.trigger.as_str().to_string(),
+        start: Time(w.start),
+        end: Time(w.end),
+    });
+    let edges = status::scheduled_edges(&t.status, active.as_ref(), now);
     let status = ScalingTemplateStatus {
         observed_generation: t.generation,
         phase: Some(phase.to_string()),
-        window: window.active.map(|w| WindowStatus {
-            trigger: w.trigger.as_str().to_string(),
-            start: Time(w.start),
-            end: Time(w.end),
-        }),
+        window: active,
         next_windows: window
             .evaluated
             .as_ref()
@@ -234,6 +237,7 @@ pub fn decide(snap: &Snapshot, now: Timestamp) -> Plan {
         events,
         requeue_at,
         finalizer,
+        edges,
     }
 }
 

@@ -134,6 +134,19 @@ pub struct Plan {
     pub requeue_at: Timestamp,
     /// The finalizer.
     pub finalizer: Finalizer,
+    /// The scheduled edges this plan is the first to act on (see
+    /// [`super::status::scheduled_edges`]).
+    pub edges: Vec<Edge>,
+}
+
+/// A window edge that had been announced in the template's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edge {
+    /// The window opens (its start was the status's next window) or closes (it was the
+    /// status's open window).
+    pub opens: bool,
+    /// When, as scheduled.
+    pub at: Timestamp,
 }
 
 /// Action states.

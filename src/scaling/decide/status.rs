@@ -8,11 +8,11 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::outcome::{Outcome, is_ours};
-use super::plan::{EventNote, state};
+use super::plan::{Edge, EventNote, state};
 use super::snapshot::Snapshot;
 use super::{EXECUTIONS_KEPT, Resolved};
 use crate::api::conditions::{self, Desired, reasons as common, types};
-use crate::api::scaling::{Execution, ScalingTemplateStatus, reasons};
+use crate::api::scaling::{Execution, ScalingTemplateStatus, WindowStatus, reasons};
 
 /// Warnings once, on the transition into the state that warrants them.
 pub(super) fn warnings(prev: &ScalingTemplateStatus, outcomes: &[Outcome]) -> Vec<EventNote> {
@@ -315,6 +315,39 @@ pub(super) fn executions(
         executions.drain(..executions.len() - EXECUTIONS_KEPT);
     }
     executions
+}
+
+/// The scheduled edges a decision at `now` acts on for the first time: a window that is
+/// open now and that the previous status announced among its next windows, and the open
+/// window the previous status recorded once its end has passed. A manual run's start, a
+/// window the template was created or changed into, and a window ended early (suspended,
+/// changed) are no scheduled edge; nor is anything a previous decision already recorded.
+pub(super) fn scheduled_edges(
+    prev: &ScalingTemplateStatus,
+    active: Option<&WindowStatus>,
+    now: Timestamp,
+) -> Vec<Edge> {
+    let mut edges = Vec::new();
+    let start = |w: &WindowStatus| w.start.0;
+    if let Some(p) = &prev.window
+        && active.map(start) != Some(p.start.0)
+        && p.end.0 <= now
+    {
+        edges.push(Edge {
+            opens: false,
+            at: p.end.0,
+        });
+    }
+    if let Some(w) = active
+        && prev.window.as_ref().map(start) != Some(w.start.0)
+        && prev.next_windows.iter().any(|n| n.start.0 == w.start.0)
+    {
+        edges.push(Edge {
+            opens: true,
+            at: w.start.0,
+        });
+    }
+    edges
 }
 
 fn close_open(executions: &mut [Execution], at: Timestamp) {

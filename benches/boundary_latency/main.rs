@@ -6,9 +6,10 @@
 //! Watches in this process time every write from the boundary instant (the arrival of
 //! the first event showing the new value); the manager's own `moonin_api_writes_total`
 //! counts its writes; `/proc/<pid>/status` and `stat` give its memory and CPU time. The
-//! floors (the same writes sent by this process) are measured before the manager starts
-//! and again after the window with the manager stopped, so that a drift of the control
-//! plane over the run shows. Numbers, not pass/fail.
+//! floors (the same writes sent by this process, timed by the same watches from the instant
+//! they began) are measured before the manager starts and again after the window with the
+//! manager stopped, so that a drift of the control plane over the run shows; the manager's
+//! own `moonin_scaling_edge_delay_seconds` is printed beside. Numbers, not pass/fail.
 //!
 //! ```sh
 //! e2e/cluster up && eval "$(e2e/cluster env)"

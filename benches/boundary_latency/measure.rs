@@ -57,6 +57,19 @@ pub struct Targets {
 }
 
 impl Targets {
+    /// The same objects and watches, written through `client` (the floors are sent as the
+    /// manager's ServiceAccount, which is who Moonin's writes are from).
+    fn through(&self, client: &Client, ns: &str) -> Self {
+        Targets {
+            deployments: Api::namespaced(client.clone(), ns),
+            hpas: Api::namespaced(client.clone(), ns),
+            scaled_objects: crate::shared::harness::scaled_objects(client, ns),
+            carrier: self.carrier,
+            templates: Api::namespaced(client.clone(), ns),
+            seen: self.seen.clone(),
+        }
+    }
+
     /// Watches the namespace's Deployments, HPAs and templates until each listed.
     async fn watch(client: &Client, ns: &str, carrier: Carrier) -> Result<Self, String> {
         let t = Targets {
@@ -108,6 +121,10 @@ pub async fn measure(
     let (ns, identity) = (seat.namespace.as_str(), seat.identity.as_str());
     let names = p.names();
     let t = Targets::watch(client, ns, p.autoscaler).await?;
+    // The floors' writes go through the manager's own kubeconfig: the API server
+    // authenticates, authorizes and queues them (API Priority and Fairness) as it does
+    // Moonin's, not as the cluster admin's this process otherwise uses.
+    let as_manager = t.through(&seat_client(seat).await?, ns);
 
     // 1. The targets, on a machine as quiet as it gets.
     create_targets(&t, &names).await?;
@@ -116,7 +133,8 @@ pub async fn measure(
     // The API server's write floor on this machine: the same number of writes (one per
     // Deployment and one per HPA, Deployment first), sent by this process as fast as the
     // same in-flight bound allows. Annotation-only, so no controller cascades follow.
-    let (floor, floor_server) = with_server_times(write_floor_seen(&t, &names, "before")).await;
+    let (floor, floor_server) =
+        with_server_times(write_floor_seen(&as_manager, &names, "before")).await;
 
     // The same floor with the window's own spec writes: what those writes cost with the
     // Deployment and HPA controllers reacting to them. Open, settle, close, settle; then
@@ -124,7 +142,7 @@ pub async fn measure(
     // ScaledObjects: their close would wait for KEDA's HPAs, which this benchmark does
     // not watch, and without that wait the old bounds scale the Deployments back.
     let (spec_floor, spec_floor_server) = match t.carrier {
-        Carrier::Hpa => with_server_times(spec_floors(&t, &names)).await,
+        Carrier::Hpa => with_server_times(spec_floors(&as_manager, &names)).await,
         Carrier::ScaledObject => (None, Default::default()),
     };
     wait_for_quiet_machine(p, identity).await;
@@ -164,9 +182,9 @@ pub async fn measure(
         m.terminate(Duration::from_secs(30)).await;
     }
     wait_for_quiet_machine(p, identity).await;
-    let floor_after = write_floor_seen(&t, &names, "after").await;
+    let floor_after = write_floor_seen(&as_manager, &names, "after").await;
     let spec_floor_after = match t.carrier {
-        Carrier::Hpa => spec_floors(&t, &names).await,
+        Carrier::Hpa => spec_floors(&as_manager, &names).await,
         Carrier::ScaledObject => None,
     };
     Ok(Report {
@@ -189,6 +207,16 @@ pub async fn measure(
         events,
         refused,
     })
+}
+
+/// A client that reads the manager's kubeconfig (it impersonates the ServiceAccount).
+async fn seat_client(seat: &ManagerSeat) -> Result<Client, String> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&seat.kubeconfig)
+        .map_err(|e| format!("the manager's kubeconfig: {e}"))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|e| format!("the manager's kubeconfig: {e}"))?;
+    Client::try_from(config).map_err(|e| format!("a client as the manager: {e}"))
 }
 
 /// `run`'s result and the API server's request times just before and just after it.

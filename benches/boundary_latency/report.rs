@@ -302,7 +302,7 @@ impl Report {
         }
         match &self.floors.write {
             Some(Floor { seen: f, answered }) => println!(
-                "| *floor: the same {} writes sent by this benchmark at one instant, {} in flight (annotation patches: no controller reacts); per target, both writes seen by the watches (their responses: p99 {:.0} ms)* | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+                "| *floor: the same {} writes sent by this benchmark as the manager's ServiceAccount at one instant, {} in flight (annotation patches: no controller reacts); per target, both writes seen by the watches (their responses: p99 {:.0} ms)* | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
                 2 * n,
                 moonin::scaling::commit::MAX_IN_FLIGHT,
                 answered.p99,
@@ -325,7 +325,7 @@ impl Report {
         ] {
             match f {
                 Some(Floor { seen: f, answered }) => println!(
-                    "| *spec-write floor, {edge}: the window's own {} spec writes sent by this benchmark (the controllers react{}); per target, both writes seen by the watches (their responses: p99 {:.0} ms)* | {} | {:.0} | {:.0} | {:.0} | {:.0} | — |",
+                    "| *spec-write floor, {edge}: the window's own {} spec writes sent by this benchmark as the manager's ServiceAccount (the controllers react{}); per target, both writes seen by the watches (their responses: p99 {:.0} ms)* | {} | {:.0} | {:.0} | {:.0} | {:.0} | — |",
                     2 * n,
                     if edge == "close" {
                         "; the autoscaler first, then the Deployment, as Moonin does (after the HPA controller has acted when it must rescale)"

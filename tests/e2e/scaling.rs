@@ -391,14 +391,19 @@ async fn hpa_override_and_byte_for_byte_restore() {
     .await;
     let d = rig.deployments().get("web").await.expect("deployment");
     assert_eq!(annotations(&d.metadata), Vec::<String>::new());
-    // The window's end was scheduled: its delay is counted once; a manual run's start is
-    // no scheduled edge.
+    // The window's end was scheduled: its delay is counted once the reconcile that restored
+    // it is done (its status written); a manual run's start is no scheduled edge.
     let delays = |edge: &str| {
         rig.metric(&format!(
             "moonin_scaling_edge_delay_seconds_count{{edge=\"{edge}\"}}"
         ))
     };
-    assert_eq!((delays("close"), delays("open")), (Some(1.0), None));
+    wait_for(
+        "the close to be counted",
+        Duration::from_secs(30),
+        || async { delays("close").is_some().then_some(()) },
+    )
+    .await;
 
     // Back under the HPA's control: raising its minimum scales the Deployment.
     rig.hpas()
@@ -415,6 +420,7 @@ async fn hpa_override_and_byte_for_byte_restore() {
     .await;
 
     rig.phase("peak", "Idle").await;
+    assert_eq!((delays("close"), delays("open")), (Some(1.0), None));
     let status = rig.template_status("peak").await;
     let exec = &status["executions"][0];
     assert_eq!(exec["trigger"], "Manual");

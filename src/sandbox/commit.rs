@@ -369,13 +369,16 @@ impl<'a> PodWriter<'a> {
             .delete(pod, &guarded_delete(uid, resource_version))
             .await
         {
-            Ok(_) => true,
-            Err(kube::Error::Api(s)) if s.code == 404 => true,
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => {
                 tracing::debug!(pool = %self.key, %pod, error = %brief(&e), "delete refused; retrying");
-                false
+                return false;
             }
         }
+        let in_flight = &self.ctx.memory.in_flight;
+        in_flight.deleted(self.key, pod, uid, self.now.mono);
+        true
     }
 }
 

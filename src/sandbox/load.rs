@@ -268,7 +268,7 @@ pub fn pool(stores: &Stores, memory: &Memory, pool: &SandboxPool) -> PoolLoad {
     let mut claims: Vec<ClaimView> = targeting.iter().map(|c| claim_view(c)).collect();
     memory
         .in_flight
-        .overlay_binds(&key, &mut views, &mut claims, now.mono);
+        .overlay(&key, &mut views, &mut claims, now.mono);
     let mut load = PoolLoad {
         now,
         key,
@@ -365,7 +365,6 @@ fn autoscaler_snapshot(
             .collect(),
         in_flight: autoscaler::InFlight {
             creates: in_flight as i32,
-            deletes: 0,
         },
         last_claim_at: last_bound.max(last_claimed),
         admission: admission::probe(&stores.quotas.state(), pool, missing),
@@ -592,4 +591,87 @@ pub async fn env(
         owned,
     };
     Ok((snapshot, now))
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::{reflector, watcher};
+    use serde_json::json;
+
+    use super::*;
+    use crate::sandbox::pool::PodOp;
+
+    fn store<K>(objects: Vec<K>) -> Store<K>
+    where
+        K: kube::Resource + Clone + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    {
+        let (store, mut writer) = reflector::store();
+        for o in objects {
+            writer.apply_watcher_event(&watcher::Event::Apply(o));
+        }
+        store
+    }
+
+    /// A ready, idle sandbox Pod of Pool `p`; `marked` carries a scale-down mark.
+    fn pod(name: &str, marked: bool) -> Pod {
+        let annotations = if marked {
+            json!({ keys::SCALE_DOWN: "{}" })
+        } else {
+            json!({})
+        };
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": name, "namespace": "ns", "uid": format!("{name}-uid"),
+                "resourceVersion": "1", "labels": { keys::POOL: "p" },
+                "annotations": annotations,
+            },
+            "status": {
+                "podIP": "10.0.0.1",
+                "conditions": [{ "type": "Ready", "status": "True" }],
+            },
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn a_deleted_marked_pod_the_cache_still_shows_is_not_replaced_by_a_spare() {
+        // The autoscaler lowered the Pool from 3 to 2 and deleted its marked Pod `a`; the
+        // next reconcile comes before the Pod cache shows the delete.
+        let pool: SandboxPool = serde_json::from_value(json!({
+            "metadata": { "name": "p", "namespace": "ns" },
+            "spec": { "replicas": 2, "template": {} },
+        }))
+        .expect("pool");
+        let stores = Stores {
+            pods: store(vec![pod("a", true), pod("b", false), pod("c", false)]),
+            claims: store(vec![]),
+            pools: store(vec![pool.clone()]),
+            envs: store(vec![]),
+            quotas: store(vec![]),
+        };
+        let deletes = |memory: &Memory| {
+            let load = super::pool(&stores, memory, &pool);
+            let snap = load.plan_input(&pool, pool.spec.replicas, load.views.clone());
+            let plan = pool::plan(&snap, || "fresh".to_string());
+            let deleted: Vec<String> = plan
+                .ops
+                .into_iter()
+                .filter_map(|o| match o {
+                    PodOp::Delete { pod, .. } => Some(pod),
+                    _ => None,
+                })
+                .collect();
+            (deleted, plan.counts.replicas)
+        };
+        // Without the memory of the delete, a spare Pod (`b` or `c`) would go in `a`'s place.
+        let (deleted, replicas) = deletes(&Memory::default());
+        assert_eq!((deleted.len(), replicas), (1, 2));
+        assert_ne!(deleted[0], "a");
+        let memory = Memory::default();
+        memory
+            .in_flight
+            .deleted("ns/p", "a", "a-uid", tokio::time::Instant::now());
+        assert_eq!(deletes(&memory), (vec![], 2));
+    }
 }

@@ -61,8 +61,9 @@ fn fresh(at: Instant, now: Instant) -> bool {
 pub type ClaimRef = (String, String);
 
 /// Pod writes of this process the caches do not show yet, per Pool (`ns/name`): Pods
-/// created, Pods patched as bound (→ claim), claims written as bound (claim UID → Pod).
-/// Without them a lagging cache would make the pool create a Pod twice, bind one claim
+/// created, Pods deleted (name → UID), Pods patched as bound (→ claim), claims written as
+/// bound (claim UID → Pod). Without them a lagging cache would make the pool create a Pod
+/// twice, delete a spare Pod in place of a marked one it already deleted, bind one claim
 /// twice or hand a just-bound Pod to another claim.
 #[derive(Default)]
 pub struct InFlight {
@@ -72,6 +73,7 @@ pub struct InFlight {
 #[derive(Default)]
 struct InFlightEntries {
     creates: HashMap<String, BTreeMap<String, Instant>>,
+    deletes: HashMap<String, BTreeMap<String, (String, Instant)>>,
     pod_binds: HashMap<String, BTreeMap<String, (ClaimRef, Instant)>>,
     claim_binds: HashMap<String, BTreeMap<String, (String, Instant)>>,
 }
@@ -102,6 +104,15 @@ impl InFlight {
         }
     }
 
+    /// The delete of `pod` (UID `uid`) went through, or found it gone.
+    pub fn deleted(&self, pool: &str, pod: &str, uid: &str, now: Instant) {
+        lock(&self.entries)
+            .deletes
+            .entry(pool.to_string())
+            .or_default()
+            .insert(pod.to_string(), (uid.to_string(), now));
+    }
+
     /// The Pod patch of a bind succeeded: `pod` is held by `claim`.
     pub fn pod_bound(&self, pool: &str, pod: &str, claim: ClaimRef, now: Instant) {
         lock(&self.entries)
@@ -120,9 +131,11 @@ impl InFlight {
             .insert(claim_uid.to_string(), (pod.to_string(), now));
     }
 
-    /// Overlays the binds of `pool` younger than [`IN_FLIGHT_TTL`] on the cached views
-    /// (see [`InFlightBinds::overlay`]) and forgets those the caches now show.
-    pub fn overlay_binds(
+    /// Overlays the deletes and binds of `pool` younger than [`IN_FLIGHT_TTL`] on the
+    /// cached views and forgets those the caches now show: a deleted Pod the cache still
+    /// shows as running is shown terminating, as the cache will show it (see
+    /// [`InFlightBinds::overlay`] for the binds).
+    pub fn overlay(
         &self,
         pool: &str,
         pods: &mut [PodView],
@@ -130,6 +143,19 @@ impl InFlight {
         now: Instant,
     ) {
         let mut entries = lock(&self.entries);
+        let deletes = entries.deletes.entry(pool.to_string()).or_default();
+        deletes.retain(|name, (uid, at)| {
+            let cached = pods
+                .iter_mut()
+                .find(|v| &v.name == name && &v.uid == uid && !v.terminating);
+            match cached {
+                Some(v) if fresh(*at, now) => {
+                    v.terminating = true;
+                    true
+                }
+                _ => false,
+            }
+        });
         let binds = entries.binds(pool, now);
         let (seen_pods, seen_claims) = binds.overlay(pods, claims);
         if let Some(m) = entries.pod_binds.get_mut(pool) {
@@ -415,20 +441,62 @@ mod tests {
         f.pod_bound("ns/p", "a", claim_ref("c1"), t0);
         f.claim_bound("ns/p", "c1-uid", "a", t0);
         let (mut pods, mut claims) = (vec![view("a")], vec![claim("c1")]);
-        f.overlay_binds("ns/p", &mut pods, &mut claims, t0);
+        f.overlay("ns/p", &mut pods, &mut claims, t0);
         assert_eq!(pods[0].claim, Some(claim_ref("c1")));
         assert_eq!(claims[0].pod_name.as_deref(), Some("a"));
         // The caches show both writes: the overlay changes nothing and forgets them.
         let (shown_pods, shown_claims) = (pods.clone(), claims.clone());
-        f.overlay_binds("ns/p", &mut pods, &mut claims, t0);
+        f.overlay("ns/p", &mut pods, &mut claims, t0);
         assert_eq!((&pods, &claims), (&shown_pods, &shown_claims));
         let (mut fresh_pods, mut fresh_claims) = (vec![view("a")], vec![claim("c1")]);
-        f.overlay_binds("ns/p", &mut fresh_pods, &mut fresh_claims, t0);
+        f.overlay("ns/p", &mut fresh_pods, &mut fresh_claims, t0);
         assert_eq!(
             (fresh_pods, fresh_claims),
             (vec![view("a")], vec![claim("c1")]),
             "forgotten once shown"
         );
+    }
+
+    #[test]
+    fn a_delete_shows_its_pod_terminating_until_the_cache_does_or_the_ttl_passes() {
+        let t0 = Instant::now();
+        let f = InFlight::default();
+        let overlaid = |pool: &str, mut pods: Vec<PodView>, at| {
+            f.overlay(pool, &mut pods, &mut [], at);
+            pods.iter().map(|v| v.terminating).collect::<Vec<_>>()
+        };
+        let other_uid = PodView {
+            uid: "other".into(),
+            ..view("a")
+        };
+        let shown = PodView {
+            terminating: true,
+            ..view("a")
+        };
+        f.deleted("ns/p", "a", "a-uid", t0);
+        assert_eq!(
+            overlaid("ns/p", vec![view("a"), view("b")], t0),
+            [true, false]
+        );
+        assert_eq!(overlaid("ns/q", vec![view("a")], t0), [false], "per pool");
+        assert_eq!(
+            overlaid("ns/p", vec![view("a")], t0),
+            [true],
+            "kept until shown"
+        );
+        // The cache shows it terminating: forgotten, even if a later view lags again.
+        assert_eq!(overlaid("ns/p", vec![shown], t0), [true]);
+        assert_eq!(overlaid("ns/p", vec![view("a")], t0), [false], "forgotten");
+        // Gone from the cache, or another Pod by that name: forgotten too.
+        f.deleted("ns/p", "a", "a-uid", t0);
+        assert_eq!(overlaid("ns/p", vec![view("b")], t0), [false]);
+        assert_eq!(overlaid("ns/p", vec![view("a")], t0), [false], "forgotten");
+        f.deleted("ns/p", "a", "a-uid", t0);
+        assert_eq!(overlaid("ns/p", vec![other_uid], t0), [false]);
+        assert_eq!(overlaid("ns/p", vec![view("a")], t0), [false], "forgotten");
+        // Too old.
+        f.deleted("ns/p", "a", "a-uid", t0);
+        assert_eq!(overlaid("ns/p", vec![view("a")], t0 + TTL), [false]);
     }
 
     #[test]
@@ -438,7 +506,7 @@ mod tests {
         f.pod_bound("ns/p", "a", claim_ref("c1"), t0);
         f.claim_bound("ns/p", "c1-uid", "a", t0);
         let (mut pods, mut claims) = (vec![view("a")], vec![claim("c1")]);
-        f.overlay_binds("ns/p", &mut pods, &mut claims, t0 + TTL);
+        f.overlay("ns/p", &mut pods, &mut claims, t0 + TTL);
         assert_eq!((pods, claims), (vec![view("a")], vec![claim("c1")]));
     }
 

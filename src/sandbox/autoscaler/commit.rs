@@ -68,7 +68,7 @@ pub async fn resize(
     } else {
         (pool.spec.replicas, pool.resource_version())
     };
-    let retry = !delete_marked(ctx, &pods, snap, decision, views).await;
+    let retry = !delete_marked(ctx, &pods, snap, decision, views, (&pool_key(pool), now)).await;
     Ok(Some(Resized {
         replicas,
         resource_version,
@@ -197,14 +197,16 @@ async fn write_size(
 
 /// Step 3, the second phase of a scale-down: deletes the Pods the open session marked
 /// (never a claimed one), each with UID and resourceVersion preconditions. A mark of
-/// another decision is left to decide (it expires, or its session shows up). Whether every
-/// delete went through.
+/// another decision is left to decide (it expires, or its session shows up). Each delete
+/// is remembered until the cache shows it (see [`crate::sandbox::memory::InFlight`]).
+/// Whether every delete went through.
 async fn delete_marked(
     ctx: &Shared,
     api: &Api<Pod>,
     snap: &Snapshot,
     decision: &Decision,
     views: &mut [PodView],
+    (key, now): (&str, Now),
 ) -> bool {
     let session = decision
         .status
@@ -238,13 +240,16 @@ async fn delete_marked(
             .delete(&v.name, &guarded_delete(&v.uid, &v.resource_version))
             .await
         {
-            Ok(_) => v.terminating = true,
-            Err(kube::Error::Api(s)) if s.code == 404 => v.terminating = true,
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => {
                 tracing::debug!(pod = %v.name, error = %brief(&e), "delete of a marked Pod refused; retrying");
                 all = false;
+                continue;
             }
         }
+        v.terminating = true;
+        ctx.memory.in_flight.deleted(key, &v.name, &v.uid, now.mono);
     }
     all
 }

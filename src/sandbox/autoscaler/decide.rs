@@ -59,7 +59,7 @@
 //!      stabilization (still `maxStep` per step, never a claimed Pod, never with claims
 //!      queued);
 //!    - a step is taken only when the Pool is settled: as many live Pods as
-//!      `spec.replicas`, nothing in flight, no unexpired mark. So there is one step at a
+//!      `spec.replicas`, no create in flight, no unexpired mark. So there is one step at a
 //!      time and a stale cache cannot mark twice.
 //! 5. **Two-phase session**: the chosen Pods are marked with a decision id
 //!    ([`decision_id`]: pool name + `now` in milliseconds) and an expiry (`now` +

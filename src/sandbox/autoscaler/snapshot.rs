@@ -192,13 +192,12 @@ impl ScaleDownMark {
 }
 
 /// Pod writes this process issued that the cache does not show yet (the pool controller
-/// forgets an entry once its watch delivers the change).
+/// forgets an entry once its watch delivers the change). A Pod this process deleted is not
+/// counted here: Load shows it [`PodState::Terminating`], as the cache soon will.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct InFlight {
     /// Pods created, not yet in the cache.
     pub creates: i32,
-    /// Pods deleted that the cache still shows as not terminating.
-    pub deletes: i32,
 }
 
 /// The admission probe, run by Load before every decision.

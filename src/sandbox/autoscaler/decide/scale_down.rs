@@ -49,11 +49,8 @@ impl<'a> Cycle<'a> {
         let n = usize::try_from((base - lower_to).clamp(0, d.idle)).unwrap_or(0);
         // One step at a time: as many live Pods as `spec.replicas`, nothing in flight, no
         // unexpired mark, so a stale cache cannot mark twice.
-        let settled = d.creates == 0
-            && d.deletes == 0
-            && pods.live == self.spec
-            && !sweep.unexpired
-            && base == self.spec;
+        let settled =
+            d.creates == 0 && pods.live == self.spec && !sweep.unexpired && base == self.spec;
         if n > 0 && settled {
             down.chosen = pods.idle[..n].to_vec();
         }

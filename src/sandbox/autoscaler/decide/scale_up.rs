@@ -18,8 +18,6 @@ pub(super) struct Demand {
     pub pending: i64,
     /// Pods this process created that the cache does not show yet.
     pub creates: i64,
-    /// Pods this process deleted that the cache still shows as not terminating.
-    pub deletes: i64,
     /// Idle Pods.
     pub idle: i64,
     /// Pods on their way: starting, created but not yet cached, and still owed by the
@@ -64,8 +62,7 @@ impl Demand {
         let now = cycle.now;
         let pending = i64::from(snap.queue.pending.max(0));
         let creates = i64::from(snap.in_flight.creates.max(0));
-        let deletes = i64::from(snap.in_flight.deletes.max(0));
-        let owed = (cycle.spec - (pods.live - deletes) - creates).max(0);
+        let owed = (cycle.spec - pods.live - creates).max(0);
         let coming = pods.starting + creates + owed;
         let abort = sweep.still_open && pending > 0;
         let returned = if abort {
@@ -78,7 +75,6 @@ impl Demand {
         let mut demand = Self {
             pending,
             creates,
-            deletes,
             idle: pods.idle_count(),
             coming,
             in_use: snap

@@ -172,7 +172,6 @@ impl<'a> Cycle<'a> {
             && let Some(s) = self.status.scale_down_session.as_mut()
             && is_open(s)
             && sweep.pending_ours.is_empty()
-            && d.deletes == 0
         {
             let msg = format!(
                 "completed: {} → {}, {} Pod(s) removed",

@@ -57,29 +57,27 @@ pub struct Targets {
 }
 
 impl Targets {
-    /// The same objects and watches, written through `client` (the floors are sent as the
-    /// manager's ServiceAccount, which is who Moonin's writes are from).
-    fn through(&self, client: &Client, ns: &str) -> Self {
+    /// The objects of `ns` through `client`, with what `seen` watches saw of them.
+    fn new(client: &Client, ns: &str, carrier: Carrier, seen: Shared) -> Self {
         Targets {
-            deployments: Api::namespaced(client.clone(), ns),
-            hpas: Api::namespaced(client.clone(), ns),
-            scaled_objects: crate::shared::harness::scaled_objects(client, ns),
-            carrier: self.carrier,
-            templates: Api::namespaced(client.clone(), ns),
-            seen: self.seen.clone(),
-        }
-    }
-
-    /// Watches the namespace's Deployments, HPAs and templates until each listed.
-    async fn watch(client: &Client, ns: &str, carrier: Carrier) -> Result<Self, String> {
-        let t = Targets {
             deployments: Api::namespaced(client.clone(), ns),
             hpas: Api::namespaced(client.clone(), ns),
             scaled_objects: crate::shared::harness::scaled_objects(client, ns),
             carrier,
             templates: Api::namespaced(client.clone(), ns),
-            seen: Arc::default(),
-        };
+            seen,
+        }
+    }
+
+    /// The same objects and watches, written through `client` (the floors are sent as the
+    /// manager's ServiceAccount, which is who Moonin's writes are from).
+    fn through(&self, client: &Client, ns: &str) -> Self {
+        Targets::new(client, ns, self.carrier, self.seen.clone())
+    }
+
+    /// Watches the namespace's Deployments, HPAs and templates until each listed.
+    async fn watch(client: &Client, ns: &str, carrier: Carrier) -> Result<Self, String> {
+        let t = Targets::new(client, ns, carrier, Arc::default());
         match carrier {
             Carrier::Hpa => spawn_watch(t.hpas.clone(), t.seen.clone(), 0, on_hpa),
             Carrier::ScaledObject => spawn_watch(

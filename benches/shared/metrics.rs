@@ -58,10 +58,13 @@ pub struct Histogram {
 impl Histogram {
     /// The smallest bucket bound that holds fraction `q` of the observations.
     pub fn bound(&self, q: f64) -> Option<f64> {
+        if self.count <= 0.0 {
+            return None;
+        }
         let want = q * self.count;
         self.buckets
             .iter()
-            .find(|(_, cum)| *cum >= want && self.count > 0.0)
+            .find(|(_, cum)| *cum >= want)
             .map(|(le, _)| *le)
     }
 }

@@ -273,8 +273,8 @@ pub struct NamespaceInventoryStatus {
     /// NetworkPolicies with the Deployments they select.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub network_policies: Vec<NetworkPolicyEntry>,
-    /// RoleBindings of the namespace, and ClusterRoleBindings to its ServiceAccounts: which
-    /// role each grants to whom.
+    /// RoleBindings of the namespace, and ClusterRoleBindings to its ServiceAccounts (by
+    /// name or by a group all of them are in): which role each grants to whom.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub role_bindings: Vec<RoleBindingEntry>,
     /// Per autoscaler, the replicas it asked for, slot by slot (`spec.replicaHistory` of

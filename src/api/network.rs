@@ -85,7 +85,9 @@ pub struct RoleBindingEntry {
     pub role: String,
     /// Its subjects: `ServiceAccount/<name>` (`ServiceAccount/<namespace>/<name>` for one
     /// of another namespace), `User/<name>`, `Group/<name>`. For a ClusterRoleBinding, only
-    /// the ServiceAccounts of this namespace.
+    /// those that reach the ServiceAccounts of this namespace: its own, and the groups all
+    /// of them are in (`system:serviceaccounts:<namespace>`, `system:serviceaccounts`,
+    /// `system:authenticated`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subjects: Vec<String>,
     /// Open hazard signals (`PrivilegedServiceAccount`).

@@ -37,9 +37,14 @@ pub fn granted_roles(
         .collect()
 }
 
-/// The signals a published inventory part shows for its Services, Ingresses and the
-/// ServiceAccounts its bindings name, keyed as [`NamespaceSnapshot::published_connections`].
-pub fn published_signals(st: &NamespaceInventoryStatus, out: &mut HashMap<String, Vec<String>>) {
+/// The signals a published inventory part of namespace `ns` shows for its Services,
+/// Ingresses, the ServiceAccounts its bindings name and the namespace itself, keyed as
+/// [`NamespaceSnapshot::published_connections`].
+pub fn published_signals(
+    ns: &str,
+    st: &NamespaceInventoryStatus,
+    out: &mut HashMap<String, Vec<String>>,
+) {
     for e in &st.services {
         out.insert(format!("Service/{}", e.name), e.signals.clone());
     }
@@ -47,11 +52,18 @@ pub fn published_signals(st: &NamespaceInventoryStatus, out: &mut HashMap<String
         out.insert(format!("Ingress/{}", e.name), e.signals.clone());
     }
     for signal in st.role_bindings.iter().flat_map(|b| &b.signals) {
-        if let Some(account) = rbac::signal_account(signal) {
-            out.entry(format!("ServiceAccount/{account}"))
-                .or_default()
-                .push(signal.clone());
-        }
+        out.entry(signal_object(ns, signal))
+            .or_default()
+            .push(signal.clone());
+    }
+}
+
+/// What a binding's signal is about, as `Kind/name`: the ServiceAccount it names, or the
+/// namespace when it names a group of all its ServiceAccounts.
+fn signal_object(ns: &str, signal: &str) -> String {
+    match rbac::signal_account(signal) {
+        Some(account) => format!("ServiceAccount/{account}"),
+        None => format!("Namespace/{ns}"),
     }
 }
 
@@ -77,8 +89,9 @@ pub fn connections(s: &NamespaceSnapshot) -> Connections {
     }
 }
 
-/// The signals of each Service and Ingress (none ends an earlier report), and of each
-/// ServiceAccount of the namespace a binding lists: its `PrivilegedServiceAccount` hazards.
+/// The signals of each Service and Ingress (none ends an earlier report), of each
+/// ServiceAccount of the namespace a binding lists (its `PrivilegedServiceAccount` hazards),
+/// and of the namespace itself (those of a group all its ServiceAccounts are in).
 pub fn signals(s: &NamespaceSnapshot, c: &Connections) -> Vec<ObjectSignals> {
     let object = |api_version: &str, kind: &str, name: &str, signals: Vec<String>| {
         let key = format!("{kind}/{name}");
@@ -95,6 +108,7 @@ pub fn signals(s: &NamespaceSnapshot, c: &Connections) -> Vec<ObjectSignals> {
         }
     };
     let mut accounts: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut of_namespace = Vec::new();
     for b in &c.role_bindings {
         for subject in &b.subjects {
             if let Some(name) = subject.strip_prefix("ServiceAccount/")
@@ -104,8 +118,9 @@ pub fn signals(s: &NamespaceSnapshot, c: &Connections) -> Vec<ObjectSignals> {
             }
         }
         for signal in &b.signals {
-            if let Some(account) = rbac::signal_account(signal) {
-                accounts.entry(account).or_default().push(signal.clone());
+            match rbac::signal_account(signal) {
+                Some(account) => accounts.entry(account).or_default().push(signal.clone()),
+                None => of_namespace.push(signal.clone()),
             }
         }
     }
@@ -124,7 +139,14 @@ pub fn signals(s: &NamespaceSnapshot, c: &Connections) -> Vec<ObjectSignals> {
     let accounts = accounts
         .into_iter()
         .map(|(name, signals)| object("v1", "ServiceAccount", name, signals));
-    services.chain(ingresses).chain(accounts).collect()
+    // A Namespace has no namespace; the reference carries it all the same, so that the
+    // Event is in the namespace it is about, where `kubectl get events -n` shows it.
+    let namespace = object("v1", "Namespace", &s.namespace, of_namespace);
+    services
+        .chain(ingresses)
+        .chain(accounts)
+        .chain([namespace])
+        .collect()
 }
 
 #[cfg(test)]

@@ -22,9 +22,18 @@ fn account(ns: &str, name: &str) -> SubjectView {
     }
 }
 
+fn group(name: &str) -> SubjectView {
+    SubjectView {
+        kind: "Group".into(),
+        name: name.into(),
+        namespace: "".into(),
+    }
+}
+
 /// A namespace with a Deployment `web`, a Service fronting it and one selecting nothing,
-/// an Ingress to a missing Service, a NetworkPolicy isolating `web`, and `cluster-admin`
-/// bound to its ServiceAccount `ci`.
+/// an Ingress to a missing Service, a NetworkPolicy isolating `web`, `cluster-admin` bound
+/// to its ServiceAccounts `ci` and `builder` and to the group of all of them, and a
+/// ClusterRoleBinding of `cluster-admin` to every ServiceAccount of the cluster.
 fn snapshot() -> NamespaceSnapshot {
     let web = DeploymentView {
         namespace: "shop".into(),
@@ -66,7 +75,20 @@ fn snapshot() -> NamespaceSnapshot {
             BindingView {
                 role_kind: "ClusterRole".into(),
                 role: "cluster-admin".into(),
-                subjects: vec![account("shop", "ci"), account("shop", "builder")],
+                subjects: vec![
+                    account("shop", "ci"),
+                    account("shop", "builder"),
+                    group("system:serviceaccounts:shop"),
+                ],
+                bootstrap: false,
+            },
+        )],
+        cluster_role_bindings: vec![(
+            "permissive".into(),
+            BindingView {
+                role_kind: "ClusterRole".into(),
+                role: "cluster-admin".into(),
+                subjects: vec![group("system:serviceaccounts"), account("tools", "x")],
                 bootstrap: false,
             },
         )],
@@ -96,7 +118,12 @@ fn the_inventory_shows_each_connection_with_its_signals() {
     );
     assert_eq!(st.network_policies[0].deployments, ["web"]);
     assert_eq!(st.role_bindings[0].name, "RoleBinding/ci-admin");
-    assert_eq!(st.role_bindings[0].signals.len(), 2);
+    assert_eq!(st.role_bindings[0].signals.len(), 3);
+    assert_eq!(
+        st.role_bindings[1].subjects,
+        ["Group/system:serviceaccounts"],
+        "only the subjects that reach the namespace's accounts"
+    );
     let summary = st.summary.clone().unwrap();
     assert_eq!(
         (
@@ -105,7 +132,7 @@ fn the_inventory_shows_each_connection_with_its_signals() {
             summary.network_policies,
             summary.role_bindings
         ),
-        (2, 1, 1, 1)
+        (2, 1, 1, 2)
     );
     // The Service's and the Ingress's failures count; the RBAC hazards do not.
     assert_eq!(summary.error_signals, 2);
@@ -140,18 +167,29 @@ fn the_inventory_shows_each_connection_with_its_signals() {
         ]
     );
     assert_eq!(about("ServiceAccount", "builder").signals.len(), 1);
+    // A group of all the namespace's accounts: about the namespace, in the namespace.
+    let shop = about("Namespace", "shop");
+    assert_eq!(shop.regarding.namespace.as_deref(), Some("shop"));
+    assert_eq!(
+        shop.signals,
+        [
+            "PrivilegedServiceAccount: Group/system:serviceaccounts:shop (every ServiceAccount of the namespace is in it) has ClusterRole/cluster-admin (cluster-admin) through RoleBinding/ci-admin",
+            "PrivilegedServiceAccount: Group/system:serviceaccounts (every ServiceAccount of the namespace is in it) has ClusterRole/cluster-admin (cluster-admin) through ClusterRoleBinding/permissive",
+        ]
+    );
 }
 
 #[test]
 fn published_signals_are_keyed_by_the_object_each_event_is_about() {
     let plan = decide(&snapshot());
     let mut out = HashMap::new();
-    published_signals(&plan.status, &mut out);
+    published_signals("shop", &plan.status, &mut out);
     assert_eq!(out["Service/lost"], ["ServiceSelectsNothing"]);
     assert!(out["Service/web"].is_empty());
     assert_eq!(out["Ingress/shop"].len(), 1);
     assert_eq!(out["ServiceAccount/ci"].len(), 1);
     assert_eq!(out["ServiceAccount/builder"].len(), 1);
+    assert_eq!(out["Namespace/shop"].len(), 2);
     // What a restart reads back is what it finds again: no Event is repeated.
     let mut again = snapshot();
     again.published_connections = out;

@@ -143,7 +143,7 @@ pub async fn load(shared: &Shared, ns: &str, cd: &ClusterDiscovery) -> Namespace
             for h in &st.replica_history {
                 published_history.insert(h.autoscaler.clone(), h.clone());
             }
-            connections::published_signals(st, &mut published_connections);
+            connections::published_signals(ns, st, &mut published_connections);
             published_runs.extend(st.cron_jobs.iter().cloned());
             for d in &st.deployments {
                 published_signals.insert(d.name.clone(), d.signals.clone());

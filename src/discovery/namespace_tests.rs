@@ -114,6 +114,9 @@ fn a_namespace_is_its_entries_and_the_signals_of_its_objects() {
                 vec!["TargetNotFound: Deployment/gone".to_string()],
                 None
             ),
+            // The namespace itself (a group of all its ServiceAccounts bound to a
+            // privileged role): none here.
+            ("Namespace/shop".to_string(), vec![], None),
         ]
     );
 }

@@ -4,9 +4,10 @@
 //! Everything here is pure.
 //!
 //! A namespace's bindings are its RoleBindings (every subject) and the ClusterRoleBindings
-//! with a ServiceAccount of the namespace among their subjects (only those ServiceAccounts
-//! are listed). Groups such as `system:serviceaccounts:<namespace>` are listed as subjects of
-//! a RoleBinding but not followed through ClusterRoleBindings.
+//! that reach its ServiceAccounts (only those subjects are listed): by naming one, or, for a
+//! binding that is not the API server's own, by naming a group every ServiceAccount of the
+//! namespace is in (`system:serviceaccounts:<namespace>`, `system:serviceaccounts`,
+//! `system:authenticated`).
 
 use std::collections::BTreeSet;
 
@@ -20,6 +21,12 @@ use crate::api::discovery::RoleBindingEntry;
 
 /// The ClusterRole that grants everything.
 pub const CLUSTER_ADMIN: &str = "cluster-admin";
+
+/// The group of the ServiceAccounts of one namespace: this prefix and the namespace.
+const ACCOUNTS_OF: &str = "system:serviceaccounts:";
+
+/// Groups every ServiceAccount of every namespace is in.
+const EVERY_ACCOUNT: [&str; 2] = ["system:serviceaccounts", "system:authenticated"];
 
 /// The label the API server puts on the roles and bindings it creates itself.
 const BOOTSTRAP_LABEL: (&str, &str) = ("kubernetes.io/bootstrapping", "rbac-defaults");
@@ -111,18 +118,44 @@ pub fn cluster_role_binding(b: &ClusterRoleBinding) -> BindingView {
     binding(b.labels(), &b.role_ref, b.subjects.as_ref())
 }
 
-impl BindingView {
-    /// The namespaces of its ServiceAccount subjects.
-    pub fn service_account_namespaces(&self) -> impl Iterator<Item = &str> {
-        self.subjects
-            .iter()
-            .filter(|s| &*s.kind == "ServiceAccount")
-            .map(|s| &*s.namespace)
+impl SubjectView {
+    /// Whether it is a ServiceAccount of namespace `ns`.
+    fn account_of(&self, ns: &str) -> bool {
+        &*self.kind == "ServiceAccount" && &*self.namespace == ns
     }
 
-    /// Whether it binds a ServiceAccount of namespace `ns`.
+    /// Whether it is a group every ServiceAccount of namespace `ns` is in.
+    fn group_of_accounts_of(&self, ns: &str) -> bool {
+        &*self.kind == "Group"
+            && (self.name.strip_prefix(ACCOUNTS_OF) == Some(ns)
+                || EVERY_ACCOUNT.contains(&&*self.name))
+    }
+}
+
+impl BindingView {
+    /// The namespaces whose ServiceAccounts it names: as ServiceAccounts, or (unless it is
+    /// the API server's own) as their namespace's group.
+    pub fn service_account_namespaces(&self) -> impl Iterator<Item = &str> {
+        self.subjects.iter().filter_map(|s| match &*s.kind {
+            "ServiceAccount" => Some(&*s.namespace),
+            "Group" if !self.bootstrap => s.name.strip_prefix(ACCOUNTS_OF),
+            _ => None,
+        })
+    }
+
+    /// Whether it names (not being the API server's own) a group every ServiceAccount of
+    /// every namespace is in.
+    pub fn reaches_every_namespace(&self) -> bool {
+        !self.bootstrap
+            && self
+                .subjects
+                .iter()
+                .any(|s| &*s.kind == "Group" && EVERY_ACCOUNT.contains(&&*s.name))
+    }
+
+    /// Whether it reaches the ServiceAccounts of namespace `ns` (see the module's docs).
     pub fn binds_service_account_of(&self, ns: &str) -> bool {
-        self.service_account_namespaces().any(|n| n == ns)
+        self.reaches_every_namespace() || self.service_account_namespaces().any(|n| n == ns)
     }
 }
 
@@ -136,12 +169,12 @@ fn subject_text(s: &SubjectView, ns: &str) -> String {
 }
 
 /// The RBAC summary of namespace `ns`: its RoleBindings, then the ClusterRoleBindings that
-/// bind one of its ServiceAccounts (only those are listed as subjects), each sorted by name.
+/// reach its ServiceAccounts (only the subjects that do are listed), each sorted by name.
 ///
 /// `wildcard(kind, name)` says whether a role has a wildcard rule (`None`: not found, no
 /// hazard). A binding that is not the API server's own, of `cluster-admin` or of a role with
-/// a wildcard rule to a ServiceAccount of `ns`, carries `PrivilegedServiceAccount` for each
-/// such ServiceAccount.
+/// a wildcard rule to a ServiceAccount of `ns` or to a group all of them are in, carries
+/// `PrivilegedServiceAccount` for each such subject.
 pub fn binding_entries(
     ns: &str,
     role_bindings: &[(String, BindingView)],
@@ -173,11 +206,11 @@ fn entry(
     only_own_accounts: bool,
     wildcard: &impl Fn(&str, &str) -> Option<bool>,
 ) -> RoleBindingEntry {
-    let own_account = |s: &SubjectView| &*s.kind == "ServiceAccount" && &*s.namespace == ns;
+    let reaches = |s: &SubjectView| s.account_of(ns) || s.group_of_accounts_of(ns);
     let subjects: Vec<&SubjectView> = b
         .subjects
         .iter()
-        .filter(|s| !only_own_accounts || own_account(s))
+        .filter(|s| !only_own_accounts || reaches(s))
         .collect();
     let role = format!("{}/{}", b.role_kind, b.role);
     let why = if &*b.role_kind == "ClusterRole" && &*b.role == CLUSTER_ADMIN {
@@ -191,12 +224,19 @@ fn entry(
     let signals: BTreeSet<String> = match why {
         Some(why) if !b.bootstrap => subjects
             .iter()
-            .filter(|s| own_account(s))
+            .filter(|s| reaches(s))
             .map(|s| {
+                let who = if s.account_of(ns) {
+                    format!("ServiceAccount/{}", s.name)
+                } else {
+                    format!(
+                        "Group/{} (every ServiceAccount of the namespace is in it)",
+                        s.name
+                    )
+                };
                 format!(
-                    "{}: ServiceAccount/{} has {role} ({why}) through {binding}",
+                    "{}: {who} has {role} ({why}) through {binding}",
                     reasons::PRIVILEGED_SERVICE_ACCOUNT,
-                    s.name
                 )
             })
             .collect(),
@@ -214,7 +254,8 @@ fn entry(
 }
 
 /// The ServiceAccount a `PrivilegedServiceAccount` signal names (its Warning Event is about
-/// that ServiceAccount).
+/// that ServiceAccount); `None` for one that names a group (its Event is about the
+/// namespace).
 pub fn signal_account(signal: &str) -> Option<&str> {
     let (_, detail) = signal.split_once(": ServiceAccount/")?;
     detail.split_once(' ').map(|(name, _)| name)

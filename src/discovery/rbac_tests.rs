@@ -165,3 +165,136 @@ fn only_accounts_of_the_namespace_and_no_bootstrap_binding_are_hazards() {
     let entries = binding_entries("shop", &[("b".into(), rb)], &[], |_, _| None);
     assert!(entries[0].signals.is_empty());
 }
+
+fn group(name: &str) -> serde_json::Value {
+    json!({"kind": "Group", "name": name, "apiGroup": "rbac.authorization.k8s.io"})
+}
+
+fn crb_of(name: &str, role: &str, subjects: serde_json::Value, bootstrap: bool) -> BindingView {
+    let labels = if bootstrap {
+        json!({"kubernetes.io/bootstrapping": "rbac-defaults"})
+    } else {
+        json!({})
+    };
+    let b: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": subjects,
+    }))
+    .unwrap();
+    cluster_role_binding(&b)
+}
+
+#[test]
+fn a_group_every_service_account_of_the_namespace_is_in_is_followed() {
+    // In the namespace: its own accounts' group is a hazard; another namespace's and a
+    // group of people are listed and are not.
+    let rb = binding_of(
+        "ClusterRole",
+        "cluster-admin",
+        json!([
+            group("system:serviceaccounts:shop"),
+            group("system:serviceaccounts:tools"),
+            group("devs")
+        ]),
+    );
+    let entries = binding_entries("shop", &[("admins".into(), rb)], &[], |_, _| None);
+    assert_eq!(
+        entries[0].subjects,
+        [
+            "Group/devs",
+            "Group/system:serviceaccounts:shop",
+            "Group/system:serviceaccounts:tools"
+        ]
+    );
+    assert_eq!(
+        entries[0].signals,
+        [
+            "PrivilegedServiceAccount: Group/system:serviceaccounts:shop (every ServiceAccount of the namespace is in it) has ClusterRole/cluster-admin (cluster-admin) through RoleBinding/admins"
+        ]
+    );
+    assert_eq!(
+        signal_account(&entries[0].signals[0]),
+        None,
+        "about the namespace"
+    );
+}
+
+#[test]
+fn a_cluster_role_binding_to_a_group_of_all_the_accounts_is_listed_and_flagged() {
+    // Every ServiceAccount, every authenticated client, one namespace's accounts; the API
+    // server's own binding to every authenticated client is not listed.
+    let wildcard = |_: &str, name: &str| Some(name == "ops");
+    let crbs = vec![
+        (
+            "permissive".to_string(),
+            crb_of(
+                "permissive",
+                "cluster-admin",
+                json!([group("system:serviceaccounts")]),
+                false,
+            ),
+        ),
+        (
+            "everyone".to_string(),
+            crb_of(
+                "everyone",
+                "ops",
+                json!([group("system:authenticated"), group("devs")]),
+                false,
+            ),
+        ),
+        (
+            "tools-only".to_string(),
+            crb_of(
+                "tools-only",
+                "cluster-admin",
+                json!([group("system:serviceaccounts:tools")]),
+                false,
+            ),
+        ),
+        (
+            "system:basic-user".to_string(),
+            crb_of(
+                "system:basic-user",
+                "system:basic-user",
+                json!([group("system:authenticated")]),
+                true,
+            ),
+        ),
+    ];
+    let reaching: Vec<&str> = crbs
+        .iter()
+        .filter(|(_, b)| b.binds_service_account_of("shop"))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(reaching, ["permissive", "everyone"]);
+    let entries = binding_entries("shop", &[], &crbs, wildcard);
+    let shown: Vec<(&str, &[String], usize)> = entries
+        .iter()
+        .map(|e| (e.name.as_str(), e.subjects.as_slice(), e.signals.len()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (
+                "ClusterRoleBinding/everyone",
+                &["Group/system:authenticated".to_string()][..],
+                1
+            ),
+            (
+                "ClusterRoleBinding/permissive",
+                &["Group/system:serviceaccounts".to_string()][..],
+                1
+            ),
+        ]
+    );
+    assert_eq!(
+        entries[0].signals,
+        [
+            "PrivilegedServiceAccount: Group/system:authenticated (every ServiceAccount of the namespace is in it) has ClusterRole/ops (a wildcard rule) through ClusterRoleBinding/everyone"
+        ]
+    );
+    let tools = binding_entries("tools", &[], &crbs, wildcard);
+    assert_eq!(tools.len(), 3, "{tools:?}");
+}

@@ -133,8 +133,8 @@ impl Stores {
             && self.cluster_role_bindings.synced()
     }
 
-    /// The ClusterRoleBindings that bind a ServiceAccount of namespace `ns`, with their
-    /// names.
+    /// The ClusterRoleBindings that reach the ServiceAccounts of namespace `ns` (see
+    /// [`rbac`]), with their names.
     pub fn cluster_role_bindings_of(&self, ns: &str) -> Vec<(String, BindingView)> {
         self.cluster_role_bindings
             .read(|i| i.filtered(|b| b.binds_service_account_of(ns)))
@@ -235,14 +235,16 @@ pub async fn watch(
         pending,
     ));
     let role_bindings = w.project(rbac::role_binding, by_namespace);
+    let namespaces = w.project(namespace_view, namespace_changed);
     let cluster_role_bindings = w.keep(projections(
         client.clone(),
         w.config.clone(),
         rbac::cluster_role_binding,
-        mark_each(pending, cluster_role_binding_namespaces),
+        cluster_role_binding_marks(pending, &namespaces),
     ));
     let cluster_roles = {
-        let on_change = cluster_role_marks(pending, &role_bindings, &cluster_role_bindings);
+        let on_change =
+            cluster_role_marks(pending, &role_bindings, &cluster_role_bindings, &namespaces);
         w.keep(projections(
             client.clone(),
             w.config.clone(),
@@ -252,7 +254,7 @@ pub async fn watch(
     };
     let stores = Stores {
         nodes: w.project(view::node, cluster_wide),
-        namespaces: w.project(namespace_view, namespace_changed),
+        namespaces,
         deployments,
         replica_sets: w.project(rs_view, by_namespace),
         pods: w.project(view::pod, by_namespace),
@@ -445,48 +447,62 @@ fn wildcard_changed(c: Change<'_, RoleView>) -> Mark {
     }
 }
 
-/// A ClusterRoleBinding that changed: the namespaces of its ServiceAccounts, before and
-/// after (their inventories list it). One namespace per mark: the caller marks each.
-fn cluster_role_binding_namespaces(c: &Change<'_, BindingView>) -> Vec<String> {
+/// The namespaces whose inventories list the ClusterRoleBinding `b`: those whose
+/// ServiceAccounts it names, or every namespace of `namespaces` when it names a group every
+/// ServiceAccount is in.
+fn reached_namespaces(b: &BindingView, namespaces: &Projections<(String, bool)>) -> Vec<String> {
+    if b.reaches_every_namespace() {
+        namespaces.all().into_iter().map(|(name, _)| name).collect()
+    } else {
+        b.service_account_namespaces().map(str::to_string).collect()
+    }
+}
+
+/// A ClusterRoleBinding that changed: the namespaces that list it, before and after.
+fn cluster_role_binding_namespaces(
+    c: &Change<'_, BindingView>,
+    namespaces: &Projections<(String, bool)>,
+) -> Vec<String> {
     let Change::Object { before, after, .. } = c else {
         return Vec::new();
     };
     let mut out: Vec<String> = before
         .iter()
         .chain(after.iter())
-        .flat_map(|b| b.service_account_namespaces())
-        .map(str::to_string)
+        .flat_map(|b| reached_namespaces(b, namespaces))
         .collect();
     out.sort();
     out.dedup();
     out
 }
 
-/// Marks each namespace `namespaces` finds in a change.
-fn mark_each<V: 'static>(
+/// Marks each namespace that lists a changed ClusterRoleBinding.
+fn cluster_role_binding_marks(
     pending: &Arc<Pending>,
-    namespaces: fn(&Change<'_, V>) -> Vec<String>,
-) -> OnChange<V> {
-    let pending = pending.clone();
+    namespaces: &Projections<(String, bool)>,
+) -> OnChange<BindingView> {
+    let (pending, namespaces) = (pending.clone(), namespaces.clone());
     Box::new(move |c| {
-        for ns in namespaces(&c) {
+        for ns in cluster_role_binding_namespaces(&c, &namespaces) {
             pending.mark(Mark::namespace(&ns));
         }
     })
 }
 
 /// A ClusterRole whose wildcard flag changed marks the namespaces whose inventory shows a
-/// binding of it: those of the RoleBindings that grant it, and of the ServiceAccounts that
-/// ClusterRoleBindings grant it to.
+/// binding of it: those of the RoleBindings that grant it, and those that list the
+/// ClusterRoleBindings that grant it.
 fn cluster_role_marks(
     pending: &Arc<Pending>,
     role_bindings: &Projections<BindingView>,
     cluster_role_bindings: &Projections<BindingView>,
+    namespaces: &Projections<(String, bool)>,
 ) -> OnChange<RoleView> {
-    let (pending, rbs, crbs) = (
+    let (pending, rbs, crbs, all) = (
         pending.clone(),
         role_bindings.clone(),
         cluster_role_bindings.clone(),
+        namespaces.clone(),
     );
     Box::new(move |c| {
         if !wildcard_flipped(&c) {
@@ -498,7 +514,7 @@ fn cluster_role_marks(
         let grants = |b: &BindingView| &*b.role_kind == "ClusterRole" && *b.role == *key.1;
         let mut namespaces = rbs.read(|i| i.namespaces_where(grants));
         for (_, b) in crbs.read(|i| i.filtered(grants)) {
-            namespaces.extend(b.service_account_namespaces().map(str::to_string));
+            namespaces.extend(reached_namespaces(&b, &all));
         }
         for ns in namespaces {
             pending.mark(Mark::namespace(&ns));

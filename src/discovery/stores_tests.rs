@@ -61,14 +61,69 @@ fn a_cluster_role_binding_marks_the_namespaces_of_its_accounts_before_and_after(
         before: Some(&before),
         after: Some(&after),
     };
+    let namespaces = namespaces(&["shop", "tools", "web", "other"]);
     assert_eq!(
-        cluster_role_binding_namespaces(&c),
+        cluster_role_binding_namespaces(&c, &namespaces),
         ["shop", "tools", "web"]
     );
-    assert!(cluster_role_binding_namespaces(&Change::Synced).is_empty());
+    assert!(cluster_role_binding_namespaces(&Change::Synced, &namespaces).is_empty());
     let pending = Arc::new(Pending::default());
-    mark_each(&pending, cluster_role_binding_namespaces)(c);
+    cluster_role_binding_marks(&pending, &namespaces)(c);
     assert_eq!(pending.take().namespaces.len(), 3);
+}
+
+/// A namespace projection holding `names`.
+fn namespaces(names: &[&str]) -> Projections<(String, bool)> {
+    use crate::runtime::decode::Decoded;
+    use k8s_openapi::api::core::v1::Namespace;
+    let p: Projections<(String, bool)> = Projections::default();
+    let nothing = &mut |_: Change<'_, (String, bool)>| {};
+    for name in names {
+        let n: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        p.write(|i| {
+            i.apply(
+                watcher::Event::Apply(Decoded::Valid(n)),
+                namespace_view,
+                nothing,
+            )
+        });
+    }
+    p
+}
+
+#[test]
+fn a_cluster_role_binding_to_every_service_account_marks_every_namespace() {
+    let group = |name: &str| rbac::SubjectView {
+        kind: "Group".into(),
+        name: name.into(),
+        namespace: "".into(),
+    };
+    let namespaces = namespaces(&["shop", "tools", "web"]);
+    let k = key("", "permissive");
+    let marked = |b: &BindingView| {
+        cluster_role_binding_namespaces(
+            &Change::Object {
+                key: &k,
+                before: None,
+                after: Some(b),
+            },
+            &namespaces,
+        )
+    };
+    let mut b = binding("cluster-admin", &[]);
+    for every in ["system:serviceaccounts", "system:authenticated"] {
+        b.subjects = vec![group(every)];
+        assert_eq!(marked(&b), ["shop", "tools", "web"], "{every}");
+    }
+    b.subjects = vec![group("system:serviceaccounts:tools"), group("devs")];
+    assert_eq!(marked(&b), ["tools"]);
+    // The API server's own bindings to those groups are listed nowhere.
+    b.subjects = vec![
+        group("system:serviceaccounts"),
+        group("system:serviceaccounts:web"),
+    ];
+    b.bootstrap = true;
+    assert!(marked(&b).is_empty());
 }
 
 fn flip(before: Option<&RoleView>, after: Option<&RoleView>) -> Mark {
@@ -127,7 +182,7 @@ fn a_cluster_role_marks_the_namespaces_that_bind_it() {
         )
     });
     let pending = Arc::new(Pending::default());
-    let on_change = cluster_role_marks(&pending, &rbs, &crbs);
+    let on_change = cluster_role_marks(&pending, &rbs, &crbs, &namespaces(&["shop", "web"]));
     let k = key("", "ops");
     on_change(Change::Object {
         key: &k,

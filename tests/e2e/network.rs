@@ -72,8 +72,10 @@ async fn services_ingresses_network_policies_and_rbac_in_the_inventory() {
     let ns = rig.ns().to_string();
     let star_role = format!("moonin-e2e-{ns}-star");
     let crb_name = format!("moonin-e2e-{ns}-ops");
+    let group_crb = format!("moonin-e2e-{ns}-accounts");
     let _cluster = ClusterObjects(vec![
         ("clusterrolebinding", crb_name.clone()),
+        ("clusterrolebinding", group_crb.clone()),
         ("clusterrole", star_role.clone()),
     ]);
     let _discovery = Discovery::create(&client, false).await;
@@ -317,6 +319,45 @@ async fn services_ingresses_network_policies_and_rbac_in_the_inventory() {
     inventory_where(&rig, "the ClusterRole's wildcard flagged", |v| {
         signals_of(v, "roleBindings", &crb_entry).len() == 1
     })
+    .await;
+
+    // The same role to the group of all the namespace's ServiceAccounts: a hazard of the
+    // namespace, its Event about the Namespace, in the namespace.
+    let group = format!("system:serviceaccounts:{ns}");
+    create(
+        &Api::<ClusterRoleBinding>::all(client.clone()),
+        json!({
+            "metadata": {"name": group_crb},
+            "roleRef": ref_to("ClusterRole", &star_role),
+            "subjects": [{"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}]
+        }),
+    )
+    .await;
+    let group_entry = format!("ClusterRoleBinding/{group_crb}");
+    let inv = inventory_where(&rig, "the group's ClusterRoleBinding flagged", |v| {
+        !signals_of(v, "roleBindings", &group_entry).is_empty()
+    })
+    .await;
+    let listed = entry(&inv, "roleBindings", &group_entry).expect("group binding");
+    assert_eq!(
+        strings(&listed["subjects"]),
+        [format!("Group/{group}")],
+        "{listed}"
+    );
+    assert_eq!(
+        signals_of(&inv, "roleBindings", &group_entry),
+        [format!(
+            "PrivilegedServiceAccount: Group/{group} (every ServiceAccount of the namespace is in it) has ClusterRole/{star_role} (a wildcard rule) through {group_entry}"
+        )]
+    );
+    wait_for(
+        "a PrivilegedServiceAccount Event about the namespace",
+        Duration::from_secs(30),
+        || async {
+            let e = rig.events(&ns, "PrivilegedServiceAccount").await;
+            (!e.is_empty()).then_some(e)
+        },
+    )
     .await;
 
     // Fixing what was wrong ends the signals.

@@ -174,6 +174,12 @@ pub async fn measure(
     let events = moonin_events(client, ns).await;
     let latencies = Latencies::from_seen(&t.seen.lock().expect("seen"), p, &names, open, close);
 
+    // The write floor with the manager running, every window closed: what its presence
+    // alone (its watches, the reconciles the floor's writes wake) costs the API server,
+    // beside the same floor a moment later with the manager stopped.
+    wait_for_quiet_machine(p, identity).await;
+    let floor_beside = write_floor_seen(&as_manager, &names, "beside").await;
+
     // 7. Both floors again, the manager stopped: the control plane and the objects have
     // gone through the window's writes too, which the floors before it had not.
     if let Some(m) = manager_slot.as_mut() {
@@ -198,6 +204,7 @@ pub async fn measure(
             write: floor_after,
             spec: spec_floor_after,
         },
+        floor_beside,
         startup,
         window,
         left,

@@ -131,6 +131,9 @@ pub struct Report {
     /// The floors again after the window, the manager stopped: on objects and a control
     /// plane that went through the window's writes too.
     pub floors_after: Floors,
+    /// The write floor after the window with the manager running and idle, just before
+    /// `floors_after`.
+    pub floor_beside: Option<Floor>,
     /// The manager until the window.
     pub startup: Startup,
     /// The window's edges.
@@ -246,6 +249,16 @@ impl Report {
                 } else {
                     "MISSED"
                 },
+            );
+        }
+        if let Some((beside, stopped)) = self.floor_beside.zip(self.floors_after.write) {
+            println!();
+            println!(
+                "The write floor after the window with the manager running (idle): p99 {:.0} ms; \
+                 with it stopped, just after: {:.0} ms ({:.2}×).",
+                beside.seen.p99,
+                stopped.seen.p99,
+                beside.seen.p99 / stopped.seen.p99
             );
         }
     }

@@ -9,9 +9,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 
 use super::{
     inventory::Connections,
-    namespace::{NamespaceSnapshot, ObjectSignals},
     network, rbac,
     rbac::{BindingView, RoleView},
+    snapshot::{NamespaceSnapshot, ObjectSignals},
     stores::Stores,
     view::{DeploymentView, PodView},
 };

@@ -15,7 +15,8 @@ use super::{
     dirty::Dirty,
     errors::namespace_being_deleted,
     history::Open,
-    namespace::{self, ReportedSignals, WrittenDigests},
+    namespace::{self, ReportedSignals},
+    parts::{self, WrittenDigests},
     progress::Progress,
     record,
     shared::Shared,
@@ -182,7 +183,7 @@ pub async fn rebuild(
             shared.open_slots.set(ns, std::collections::HashMap::new());
             // An excluded namespace keeps no inventory; a deleted one loses it with itself.
             if live.contains(ns)
-                && let Err(e) = namespace::delete_parts(shared, written, ns, 0).await
+                && let Err(e) = parts::delete_parts(shared, written, ns, 0).await
             {
                 tracing::warn!(namespace = %ns, error = %brief(&e), "deleting the inventory of an excluded namespace failed");
             }
@@ -190,7 +191,7 @@ pub async fn rebuild(
         }
         let plan = plan_namespace(shared, reported, progress, cd, ns).await?;
         writing.push(async move {
-            let result = namespace::write(shared, written, cd, ns, plan.status, plan.now).await;
+            let result = parts::write(shared, written, cd, ns, plan.status, plan.now).await;
             if result.is_ok() {
                 // The slots that closed are in the inventory now.
                 shared.open_slots.set(ns, plan.open_slots);

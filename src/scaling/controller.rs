@@ -27,7 +27,7 @@ use tokio::sync::Notify;
 
 use super::commit::{self, CONTROLLER, CommitError, Writer};
 use super::decide::{self, TargetKey};
-use super::index::Index;
+use super::index::{Index, hpa_target, owner_uid, scaled_object_target};
 use super::load::{self, Stores, Template};
 use crate::api::keda::ScaledObject;
 use crate::api::scaling::{ClusterScalingTemplate, ScalingTemplate, ScalingTemplateStatus};
@@ -417,7 +417,7 @@ async fn caches(
         client.clone(),
         watch_config(),
         trim_hpa,
-        triggers!(index.hpas(), load::hpa_target),
+        triggers!(index.hpas(), hpa_target),
     );
     let mut drives = vec![ns_drive, cl_drive, dep_drive, hpa_drive];
     let scaled_objects = if cache::installed::<ScaledObject>(client).await {
@@ -425,7 +425,7 @@ async fn caches(
             client.clone(),
             watch_config(),
             trim_scaled_object,
-            triggers!(index.scaled_objects(), load::scaled_object_target),
+            triggers!(index.scaled_objects(), scaled_object_target),
         );
         drives.push(drive);
         Some(s)
@@ -477,11 +477,7 @@ where
     K: kube::Resource + 'static,
 {
     Box::new(move |o: &K| {
-        for r in interested(
-            &store,
-            target(o).as_ref(),
-            load::owner_uid(o.meta()).as_deref(),
-        ) {
+        for r in interested(&store, target(o).as_ref(), owner_uid(o.meta()).as_deref()) {
             let _ = tx.unbounded_send(r);
         }
     })

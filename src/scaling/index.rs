@@ -7,6 +7,9 @@
 //! through the store ([`super::load`]) and drops the hints the store no longer bears out, so
 //! a stale hint costs one lookup and a missing one cannot happen (the trigger that adds it
 //! runs before the triggers that reconcile on the same change).
+//!
+//! The readings of one object that the index and Load share are here too: what an HPA or a
+//! ScaledObject scales, whose mark an object carries, and whether KEDA made an HPA.
 
 use std::{
     collections::{BTreeMap, HashSet},
@@ -14,12 +17,49 @@ use std::{
 };
 
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
-use super::decide::TargetKey;
-use super::load::{hpa_target, owned_by_scaled_object, owner_uid, scaled_object_target};
+use super::decide::{OwnerRecord, TargetKey};
 use crate::api::keda::ScaledObject;
+use crate::api::scaling::keys;
 use crate::runtime::cache::Trigger;
+
+/// The Deployment an HPA scales, if it scales one.
+pub fn hpa_target(hpa: &HorizontalPodAutoscaler) -> Option<TargetKey> {
+    let r = &hpa.spec.scale_target_ref;
+    let api_ok = r
+        .api_version
+        .as_deref()
+        .is_none_or(|a| a == "apps/v1" || a == "apps");
+    (r.kind == "Deployment" && api_ok).then(|| TargetKey {
+        namespace: hpa.namespace().unwrap_or_default(),
+        name: r.name.clone(),
+    })
+}
+
+/// The Deployment a ScaledObject scales, if it scales one.
+pub fn scaled_object_target(so: &ScaledObject) -> Option<TargetKey> {
+    so.spec.scale_target_ref.deployment().map(|name| TargetKey {
+        namespace: so.namespace().unwrap_or_default(),
+        name: name.to_string(),
+    })
+}
+
+/// An HPA KEDA created for a ScaledObject (KEDA copies the ScaledObject's annotations,
+/// Moonin's marks included, onto it: they are not Moonin's to act on).
+pub fn owned_by_scaled_object(meta: &ObjectMeta) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.kind == "ScaledObject")
+}
+
+/// The template UID in an object's `moonin.io/owner`, read without a full parse.
+pub fn owner_uid(meta: &ObjectMeta) -> Option<String> {
+    let raw = meta.annotations.as_ref()?.get(keys::OWNER)?;
+    serde_json::from_str::<OwnerRecord>(raw).ok().map(|o| o.uid)
+}
 
 /// Drops `r` from the hints under `key`, and `key` once it has none.
 fn forget<Q, B>(hints: &mut BTreeMap<Q, HashSet<Ref>>, key: &B, r: &Ref)

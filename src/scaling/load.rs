@@ -15,7 +15,9 @@ use super::decide::{
     Autoscaler, AutoscalerKind, GUARDED_ANNOTATIONS, Marks, OBSERVATION_LIMIT, Original,
     OwnerRecord, Snapshot, Target, TargetKey, TemplateKind, TemplateView, Workload,
 };
-use super::index::{Index, Kind, Ref};
+use super::index::{
+    Index, Kind, Ref, hpa_target, owned_by_scaled_object, owner_uid, scaled_object_target,
+};
 use crate::api::field_manager;
 use crate::api::keda::ScaledObject;
 use crate::api::scaling::{
@@ -96,42 +98,6 @@ impl Stores {
         let _ = self.templates.wait_until_ready().await;
         let _ = self.cluster_templates.wait_until_ready().await;
     }
-}
-
-/// The Deployment an HPA scales, if it scales one.
-pub fn hpa_target(hpa: &HorizontalPodAutoscaler) -> Option<TargetKey> {
-    let r = &hpa.spec.scale_target_ref;
-    let api_ok = r
-        .api_version
-        .as_deref()
-        .is_none_or(|a| a == "apps/v1" || a == "apps");
-    (r.kind == "Deployment" && api_ok).then(|| TargetKey {
-        namespace: hpa.namespace().unwrap_or_default(),
-        name: r.name.clone(),
-    })
-}
-
-/// The Deployment a ScaledObject scales, if it scales one.
-pub fn scaled_object_target(so: &ScaledObject) -> Option<TargetKey> {
-    so.spec.scale_target_ref.deployment().map(|name| TargetKey {
-        namespace: so.namespace().unwrap_or_default(),
-        name: name.to_string(),
-    })
-}
-
-/// An HPA KEDA created for a ScaledObject (KEDA copies the ScaledObject's annotations,
-/// Moonin's marks included, onto it: they are not Moonin's to act on).
-pub fn owned_by_scaled_object(meta: &ObjectMeta) -> bool {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .any(|r| r.kind == "ScaledObject")
-}
-
-/// The template UID in an object's `moonin.io/owner`, read without a full parse.
-pub fn owner_uid(meta: &ObjectMeta) -> Option<String> {
-    let raw = meta.annotations.as_ref()?.get(keys::OWNER)?;
-    serde_json::from_str::<OwnerRecord>(raw).ok().map(|o| o.uid)
 }
 
 /// UIDs of every template that exists now.

@@ -35,6 +35,7 @@ mod server;
 #[allow(dead_code)]
 #[path = "../shared/mod.rs"]
 mod shared;
+mod targets;
 mod watch;
 mod window;
 

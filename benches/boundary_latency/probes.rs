@@ -22,12 +22,12 @@ use tokio::sync::Semaphore;
 
 use crate::{
     Carrier, POLL,
-    measure::Targets,
     shared::{
         report::progress,
         stats::{Stats, stats},
         wait,
     },
+    targets::Targets,
 };
 
 /// Sends a merge patch of one annotation (to `value`, a new one each time) to every

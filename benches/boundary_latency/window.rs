@@ -13,7 +13,6 @@ use moonin::api::scaling::{ScalingTemplate, keys};
 
 use crate::{
     Params, QUIET, SCRAPE_EVERY,
-    measure::Targets,
     probes::patch_round_trip,
     report::{Boundary, Startup, Window, count},
     server::{machine_note, server_times_async},
@@ -24,6 +23,7 @@ use crate::{
         process,
         report::progress,
     },
+    targets::Targets,
     watch::{Edges, Seen, Shared},
 };
 

@@ -18,10 +18,9 @@ use serde_json::json;
 
 use crate::{
     CHANGE_KINDS, DISCOVERY, HEARTBEAT_KIND, LABEL_KEY, LABEL_VALUE, POLL, Params, QUIET, SELECTOR,
-    namespace_name,
+    VERBS, namespace_name,
     objects::labels,
     placement,
-    report::{by_kind, by_verb},
     shared::{
         harness::{Manager, TestNamespace},
         http::get_parsed,
@@ -29,7 +28,7 @@ use crate::{
         manager::{self as bench_manager, ManagerSeat},
         metrics::{Counters as Scrape, scrape, scrape_retrying, sum},
         process::{self, Usage, listed, moonin_managers, usage},
-        report::{mib, progress},
+        report::{by_kind, mib, num, progress},
         wait,
     },
 };
@@ -617,5 +616,20 @@ impl Run<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Requests by verb, in table order; `0` for none.
+pub fn by_verb(s: &Scrape, per: f64) -> String {
+    let parts: Vec<String> = VERBS
+        .iter()
+        .map(|v| (v, s.request(v) * per))
+        .filter(|(_, n)| *n != 0.0)
+        .map(|(v, n)| format!("{v} {}", num(n)))
+        .collect();
+    if parts.is_empty() {
+        "0".into()
+    } else {
+        parts.join(", ")
     }
 }

@@ -1,7 +1,7 @@
 //! The report: the cluster, the footprint of both systems side by side, what the image
 //! changes caused, and notes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use crate::{
     Params, RSS_GOAL, VERBS,
@@ -11,30 +11,9 @@ use crate::{
     setup::Setup,
     shared::{
         machine,
-        metrics::Counters as Scrape,
-        report::{breakdown, listing, mib, num},
+        report::{by_kind, listing, mib, num},
     },
 };
-
-/// Requests by verb, in table order; `0` for none.
-pub fn by_verb(s: &Scrape, per: f64) -> String {
-    let parts: Vec<String> = VERBS
-        .iter()
-        .map(|v| (v, s.request(v) * per))
-        .filter(|(_, n)| *n != 0.0)
-        .map(|(v, n)| format!("{v} {}", num(n)))
-        .collect();
-    if parts.is_empty() {
-        "0".into()
-    } else {
-        parts.join(", ")
-    }
-}
-
-/// Writes by kind, `0` for none.
-pub fn by_kind(m: &BTreeMap<String, f64>, per: f64) -> String {
-    breakdown(m, per, "0")
-}
 
 /// The report's header: the command, the target, the machine.
 pub fn print_header(p: &Params, version: &str) {

@@ -48,3 +48,8 @@ pub fn breakdown(m: &BTreeMap<String, f64>, per: f64, none: &str) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// Writes by kind, `0` for none.
+pub fn by_kind(m: &BTreeMap<String, f64>, per: f64) -> String {
+    breakdown(m, per, "0")
+}

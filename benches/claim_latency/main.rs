@@ -53,12 +53,13 @@ mod report;
 #[allow(dead_code)]
 #[path = "../shared/mod.rs"]
 mod shared;
+mod stage;
 mod system;
 mod watch;
 
 use std::{process::ExitCode, time::Duration};
 
-use phases::{SystemResult, measure_system};
+use phases::{DRY_CLAIMS, DRY_POOL, SystemResult, dry_phase, rate_phase};
 use ramp::{RAMP_RATES, print_ramp};
 use report::print_report;
 // The harness and the shared modules reach the tests' helpers as `crate::common`.
@@ -68,7 +69,8 @@ use shared::{
     plane,
     report::progress,
 };
-use system::{System, agent_sandbox, wait_for_quiet};
+use stage::{agent_sandbox, wait_for_quiet};
+use system::System;
 
 /// How often the benchmark looks again at what it waits for.
 const POLL: Duration = Duration::from_millis(100);
@@ -207,4 +209,39 @@ async fn run() -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Every rate, then the dry pool (not for the floor: it has no autoscaler), for one
+/// system; or, with `MOONIN_BENCH_RAMP`, the ramp.
+async fn measure_system(client: &kube::Client, system: System, p: &Params) -> SystemResult {
+    if let Some(rates) = &p.ramp {
+        return ramp::climb(client, system, p, rates).await;
+    }
+    let mut r = SystemResult::default();
+    for &rate in &p.rates {
+        progress(&format!(
+            "{}: {rate} claims/s for {} s",
+            system.label(),
+            p.seconds
+        ));
+        match rate_phase(client, system, p, rate).await {
+            Ok(x) => r.rates.push(x),
+            Err(e) => {
+                progress(&format!("{}: {rate}/s failed: {e}", system.label()));
+                r.errors.push(format!("{rate}/s: {e}"));
+            }
+        }
+    }
+    if system == System::Floor {
+        return r;
+    }
+    progress(&format!(
+        "{}: dry pool ({DRY_POOL} Pods, {DRY_CLAIMS} claims at once)",
+        system.label()
+    ));
+    match dry_phase(client, system).await {
+        Ok(d) => r.dry = Some(d),
+        Err(e) => r.errors.push(format!("dry pool: {e}")),
+    }
+    r
 }

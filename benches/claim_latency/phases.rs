@@ -12,13 +12,13 @@ use kube::{Client, api::PostParams};
 use crate::{
     POLL, Params,
     floor::Binder,
-    ramp,
     shared::{
         report::progress,
         stats::{Stats, ms, stats},
         wait,
     },
-    system::{Stage, System},
+    stage::Stage,
+    system::System,
     watch::{Seen, Shared, spawn_watches, watches_synced},
 };
 
@@ -254,7 +254,7 @@ pub struct DryResult {
     pub new_pods: usize,
 }
 
-async fn dry_phase(client: &Client, system: System) -> Result<DryResult, String> {
+pub async fn dry_phase(client: &Client, system: System) -> Result<DryResult, String> {
     let stage = Stage::new(client, system, "dry").await?;
     let out = dry_in(client, &stage).await;
     stage.finish(client).await;
@@ -321,39 +321,4 @@ pub struct SystemResult {
     pub errors: Vec<String>,
     /// The ramp's first failing step: its rate and why it failed.
     pub ramp_stop: Option<(u32, String)>,
-}
-
-/// Every rate, then the dry pool (not for the floor: it has no autoscaler), for one
-/// system; or, with `MOONIN_BENCH_RAMP`, the ramp.
-pub async fn measure_system(client: &Client, system: System, p: &Params) -> SystemResult {
-    if let Some(rates) = &p.ramp {
-        return ramp::climb(client, system, p, rates).await;
-    }
-    let mut r = SystemResult::default();
-    for &rate in &p.rates {
-        progress(&format!(
-            "{}: {rate} claims/s for {} s",
-            system.label(),
-            p.seconds
-        ));
-        match rate_phase(client, system, p, rate).await {
-            Ok(x) => r.rates.push(x),
-            Err(e) => {
-                progress(&format!("{}: {rate}/s failed: {e}", system.label()));
-                r.errors.push(format!("{rate}/s: {e}"));
-            }
-        }
-    }
-    if system == System::Floor {
-        return r;
-    }
-    progress(&format!(
-        "{}: dry pool ({DRY_POOL} Pods, {DRY_CLAIMS} claims at once)",
-        system.label()
-    ));
-    match dry_phase(client, system).await {
-        Ok(d) => r.dry = Some(d),
-        Err(e) => r.errors.push(format!("dry pool: {e}")),
-    }
-    r
 }

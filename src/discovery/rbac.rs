@@ -118,39 +118,58 @@ pub fn cluster_role_binding(b: &ClusterRoleBinding) -> BindingView {
     binding(b.labels(), &b.role_ref, b.subjects.as_ref())
 }
 
+/// Whose ServiceAccounts a subject stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach<'a> {
+    /// Those of one namespace (one of them, or the group of all of them).
+    Namespace(&'a str),
+    /// Those of every namespace.
+    Every,
+}
+
 impl SubjectView {
-    /// Whether it is a ServiceAccount of namespace `ns`.
-    fn account_of(&self, ns: &str) -> bool {
-        &*self.kind == "ServiceAccount" && &*self.namespace == ns
+    /// The ServiceAccounts it stands for; `None` for a user or another group.
+    fn reach(&self) -> Option<Reach<'_>> {
+        match &*self.kind {
+            "ServiceAccount" => Some(Reach::Namespace(&self.namespace)),
+            "Group" if EVERY_ACCOUNT.contains(&&*self.name) => Some(Reach::Every),
+            "Group" => self.name.strip_prefix(ACCOUNTS_OF).map(Reach::Namespace),
+            _ => None,
+        }
     }
 
-    /// Whether it is a group every ServiceAccount of namespace `ns` is in.
-    fn group_of_accounts_of(&self, ns: &str) -> bool {
-        &*self.kind == "Group"
-            && (self.name.strip_prefix(ACCOUNTS_OF) == Some(ns)
-                || EVERY_ACCOUNT.contains(&&*self.name))
+    /// Whether it stands for a ServiceAccount of namespace `ns`, or all of them.
+    fn reaches(&self, ns: &str) -> bool {
+        match self.reach() {
+            Some(Reach::Namespace(n)) => n == ns,
+            Some(Reach::Every) => true,
+            None => false,
+        }
     }
 }
 
 impl BindingView {
-    /// The namespaces whose ServiceAccounts it names: as ServiceAccounts, or (unless it is
-    /// the API server's own) as their namespace's group.
+    /// What its subjects stand for; the API server's own bindings count only through the
+    /// ServiceAccounts they name.
+    fn reaches(&self) -> impl Iterator<Item = Reach<'_>> {
+        self.subjects
+            .iter()
+            .filter(|s| !self.bootstrap || &*s.kind == "ServiceAccount")
+            .filter_map(SubjectView::reach)
+    }
+
+    /// The namespaces whose ServiceAccounts it names: as ServiceAccounts, or as their
+    /// namespace's group.
     pub fn service_account_namespaces(&self) -> impl Iterator<Item = &str> {
-        self.subjects.iter().filter_map(|s| match &*s.kind {
-            "ServiceAccount" => Some(&*s.namespace),
-            "Group" if !self.bootstrap => s.name.strip_prefix(ACCOUNTS_OF),
-            _ => None,
+        self.reaches().filter_map(|r| match r {
+            Reach::Namespace(ns) => Some(ns),
+            Reach::Every => None,
         })
     }
 
-    /// Whether it names (not being the API server's own) a group every ServiceAccount of
-    /// every namespace is in.
+    /// Whether it names a group every ServiceAccount of every namespace is in.
     pub fn reaches_every_namespace(&self) -> bool {
-        !self.bootstrap
-            && self
-                .subjects
-                .iter()
-                .any(|s| &*s.kind == "Group" && EVERY_ACCOUNT.contains(&&*s.name))
+        self.reaches().any(|r| r == Reach::Every)
     }
 
     /// Whether it reaches the ServiceAccounts of namespace `ns` (see the module's docs).
@@ -206,11 +225,10 @@ fn entry(
     only_own_accounts: bool,
     wildcard: &impl Fn(&str, &str) -> Option<bool>,
 ) -> RoleBindingEntry {
-    let reaches = |s: &SubjectView| s.account_of(ns) || s.group_of_accounts_of(ns);
     let subjects: Vec<&SubjectView> = b
         .subjects
         .iter()
-        .filter(|s| !only_own_accounts || reaches(s))
+        .filter(|s| !only_own_accounts || s.reaches(ns))
         .collect();
     let role = format!("{}/{}", b.role_kind, b.role);
     let why = if &*b.role_kind == "ClusterRole" && &*b.role == CLUSTER_ADMIN {
@@ -224,9 +242,9 @@ fn entry(
     let signals: BTreeSet<String> = match why {
         Some(why) if !b.bootstrap => subjects
             .iter()
-            .filter(|s| reaches(s))
+            .filter(|s| s.reaches(ns))
             .map(|s| {
-                let who = if s.account_of(ns) {
+                let who = if &*s.kind == "ServiceAccount" {
                     format!("ServiceAccount/{}", s.name)
                 } else {
                     format!(

@@ -68,7 +68,7 @@ pub async fn resize(
     } else {
         (pool.spec.replicas, pool.resource_version())
     };
-    let retry = !delete_marked(ctx, &pods, snap, decision, views, (&pool_key(pool), now)).await;
+    let retry = !delete_marked(ctx, &pods, snap, decision, views, &pool_key(pool), now).await;
     Ok(Some(Resized {
         replicas,
         resource_version,
@@ -206,7 +206,8 @@ async fn delete_marked(
     snap: &Snapshot,
     decision: &Decision,
     views: &mut [PodView],
-    (key, now): (&str, Now),
+    key: &str,
+    now: Now,
 ) -> bool {
     let session = decision
         .status

@@ -270,32 +270,21 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     // Settled, discovery lists nothing more: no relist on a timer, and no Secret list while
     // Helm is off (without the opt-in role it would be refused and retried).
     let lists = || {
-        let (_, body) = rig
-            .manager
-            .as_ref()
-            .and_then(|m| m.get("/metrics"))
-            .expect("metrics");
-        body.lines()
-            .find_map(|l| l.strip_prefix("moonin_api_requests_total{verb=\"list\"} "))
-            .and_then(|n| n.trim().parse::<f64>().ok())
+        let m = rig.manager.as_ref().expect("manager");
+        m.metric("moonin_api_requests_total", &["verb=\"list\""])
             .expect("a list counter")
     };
     let before = lists();
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(lists(), before, "no list requests once settled");
     // Rebuilds count as the controller's reconciles.
-    let (_, body) = rig
-        .manager
-        .as_ref()
-        .and_then(|m| m.get("/metrics"))
-        .expect("metrics");
-    let rebuilds = body
-        .lines()
-        .find_map(|l| l.strip_prefix("moonin_reconciliations_total{controller=\"discovery\"} "))
-        .and_then(|n| n.trim().parse::<f64>().ok());
+    let m = rig.manager.as_ref().expect("manager");
+    let discovery_label = ["controller=\"discovery\""];
+    let rebuilds = m.metric("moonin_reconciliations_total", &discovery_label);
     assert!(rebuilds.is_some_and(|n| n >= 1.0), "{rebuilds:?}");
     assert!(
-        body.contains("moonin_reconcile_duration_seconds_count{controller=\"discovery\"}"),
+        m.metric("moonin_reconcile_duration_seconds_count", &discovery_label)
+            .is_some(),
         "a rebuild duration histogram"
     );
     assert_eq!(s["cluster"]["name"]["value"], "e2e", "{s}");
@@ -756,12 +745,10 @@ async fn inventory_revisions_cron_runs_and_hazards() {
 /// The discovery rebuilds the running manager has finished (its duration is observed at
 /// the end; the reconcile counter counts one when it starts).
 fn finished_rebuilds(rig: &Rig) -> Option<f64> {
-    let (_, body) = rig.manager.as_ref()?.get("/metrics")?;
-    body.lines()
-        .find_map(|l| {
-            l.strip_prefix("moonin_reconcile_duration_seconds_count{controller=\"discovery\"} ")
-        })
-        .and_then(|n| n.trim().parse::<f64>().ok())
+    rig.manager.as_ref()?.metric(
+        "moonin_reconcile_duration_seconds_count",
+        &["controller=\"discovery\""],
+    )
 }
 
 /// A Helm release payload as Helm stores it: JSON, gzip, base64.

@@ -437,6 +437,23 @@ pub fn impersonating_kubeconfig(user: &str) -> PathBuf {
     path
 }
 
+/// The samples of metric `name` in a Prometheus text `body` whose labels include every one
+/// of `labels` (each as rendered, `key="value"`), summed; `None` when there is none.
+pub fn metric_sum(body: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    body.lines()
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let rest = series.strip_prefix(name)?;
+            let labelled = rest.strip_prefix('{').and_then(|r| r.strip_suffix('}'));
+            let matches = match labelled {
+                Some(set) => labels.iter().all(|l| set.split(',').any(|s| s == *l)),
+                None => rest.is_empty() && labels.is_empty(),
+            };
+            matches.then(|| value.parse::<f64>().ok()).flatten()
+        })
+        .reduce(|a, b| a + b)
+}
+
 /// The `RUST_LOG` of the managers tests and benchmarks start: `MOONIN_E2E_LOG` when set
 /// (e.g. `info,moonin=debug` to see every scaling write), `info` otherwise.
 fn manager_log_filter() -> String {
@@ -504,6 +521,13 @@ impl Manager {
         Some((status, body))
     }
 
+    /// The samples of metric `name` on the manager's `/metrics` whose labels include every
+    /// one of `labels` (each as rendered, `key="value"`), summed; `None` when it has none or
+    /// cannot be reached. See [`metric_sum`].
+    pub fn metric(&self, name: &str, labels: &[&str]) -> Option<f64> {
+        metric_sum(&self.get("/metrics")?.1, name, labels)
+    }
+
     /// SIGKILL: no chance to release anything.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -544,4 +568,35 @@ impl Drop for Manager {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+#[test]
+fn metric_sum_adds_the_samples_whose_labels_include_every_one_asked() {
+    let body = "# HELP moonin_api_writes_total Writes.\n\
+        moonin_api_writes_total{controller=\"scaling\",kind=\"Deployment\"} 3\n\
+        moonin_api_writes_total{controller=\"scaling\",kind=\"HPA\"} 2\n\
+        moonin_api_writes_total{controller=\"sandbox\",kind=\"Pod\"} 7\n\
+        moonin_api_writes_total_extra{controller=\"scaling\"} 100\n\
+        moonin_leader 1\n";
+    let scaling = ["controller=\"scaling\""];
+    assert_eq!(
+        metric_sum(body, "moonin_api_writes_total", &scaling),
+        Some(5.0)
+    );
+    assert_eq!(metric_sum(body, "moonin_api_writes_total", &[]), Some(12.0));
+    let pods = ["controller=\"sandbox\"", "kind=\"Pod\""];
+    assert_eq!(
+        metric_sum(body, "moonin_api_writes_total", &pods),
+        Some(7.0)
+    );
+    assert_eq!(
+        metric_sum(
+            body,
+            "moonin_api_writes_total",
+            &["kind=\"Pod\"", "controller=\"scaling\""]
+        ),
+        None
+    );
+    assert_eq!(metric_sum(body, "moonin_leader", &[]), Some(1.0));
+    assert_eq!(metric_sum(body, "moonin_lead", &[]), None);
 }

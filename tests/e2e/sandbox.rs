@@ -886,21 +886,16 @@ async fn a_template_the_api_server_refuses_is_reported_on_the_pool() {
 
 /// `moonin_api_writes_total{controller="sandbox",kind}` as the manager reports it.
 fn sandbox_writes(rig: &Rig, kind: &str) -> f64 {
-    let body = rig
-        .manager
+    let kind = format!("kind=\"{kind}\"");
+    rig.manager
         .as_ref()
-        .and_then(|m| m.get("/metrics"))
-        .map(|r| r.1)
-        .unwrap_or_default();
-    let label = format!("kind=\"{kind}\"");
-    body.lines()
-        .filter(|l| {
-            l.starts_with("moonin_api_writes_total{")
-                && l.contains("controller=\"sandbox\"")
-                && l.contains(&label)
+        .and_then(|m| {
+            m.metric(
+                "moonin_api_writes_total",
+                &["controller=\"sandbox\"", &kind],
+            )
         })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .unwrap_or_default()
 }
 
 #[tokio::test]

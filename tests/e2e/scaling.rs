@@ -84,28 +84,16 @@ impl Rig {
         }
     }
 
-    /// The value of the manager's `/metrics` sample `series` (its name and labels as
-    /// rendered); `None` when it has no such sample.
-    pub fn metric(&self, series: &str) -> Option<f64> {
-        let body = self.manager.as_ref()?.get("/metrics")?.1;
-        body.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    /// The manager's `/metrics` samples of `name` with `labels` (see
+    /// [`harness::metric_sum`]); `None` when it has none.
+    pub fn metric(&self, name: &str, labels: &[&str]) -> Option<f64> {
+        self.manager.as_ref()?.metric(name, labels)
     }
 
     /// Sum of the scaling controller's `moonin_api_writes_total` over every kind.
     pub fn writes(&self) -> f64 {
-        let body = self
-            .manager
-            .as_ref()
-            .and_then(|m| m.get("/metrics"))
-            .map(|r| r.1)
-            .unwrap_or_default();
-        body.lines()
-            .filter(|l| {
-                l.starts_with("moonin_api_writes_total{") && l.contains("controller=\"scaling\"")
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        self.metric("moonin_api_writes_total", &["controller=\"scaling\""])
+            .unwrap_or_default()
     }
 
     pub fn ns(&self) -> &str {
@@ -394,9 +382,10 @@ async fn hpa_override_and_byte_for_byte_restore() {
     // The window's end was scheduled: its delay is counted once the reconcile that restored
     // it is done (its status written); a manual run's start is no scheduled edge.
     let delays = |edge: &str| {
-        rig.metric(&format!(
-            "moonin_scaling_edge_delay_seconds_count{{edge=\"{edge}\"}}"
-        ))
+        rig.metric(
+            "moonin_scaling_edge_delay_seconds_count",
+            &[&format!("edge=\"{edge}\"")],
+        )
     };
     wait_for(
         "the close to be counted",

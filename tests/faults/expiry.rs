@@ -259,10 +259,8 @@ async fn after_expired_watches_the_manager_sees_what_the_api_server_lists() {
 /// `moonin_api_requests_total{verb="list"}` of the manager.
 fn lists(m: &Manager) -> u64 {
     let (_, body) = m.get("/metrics").expect("/metrics");
-    body.lines()
-        .find(|l| l.starts_with("moonin_api_requests_total{verb=\"list\"}"))
-        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .unwrap_or(0.0) as u64
+    harness::metric_sum(&body, "moonin_api_requests_total", &["verb=\"list\""]).unwrap_or_default()
+        as u64
 }
 
 /// `Ok` once the inventory lists exactly the Deployments the API server lists, with their

@@ -48,10 +48,7 @@ pub(crate) fn through(kubeconfig: &Path, addr: std::net::SocketAddr) -> PathBuf 
 /// The sum of `moonin_api_writes_total` on a manager's `/metrics`: every write it sent.
 fn writes(m: &Manager) -> u64 {
     let (_, body) = m.get("/metrics").expect("/metrics");
-    body.lines()
-        .filter(|l| l.starts_with("moonin_api_writes_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    harness::metric_sum(&body, "moonin_api_writes_total", &[]).unwrap_or_default() as u64
 }
 
 fn holder(lease: &Lease) -> Option<String> {

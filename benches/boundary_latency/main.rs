@@ -7,9 +7,10 @@
 //! the first event showing the new value); the manager's own `moonin_api_writes_total`
 //! counts its writes; `/proc/<pid>/status` and `stat` give its memory and CPU time. The
 //! floors (the same writes sent by this process, timed by the same watches from the instant
-//! they began) are measured before the manager starts and again after the window with the
-//! manager stopped, so that a drift of the control plane over the run shows; the manager's
-//! own `moonin_scaling_edge_delay_seconds` is printed beside. Numbers, not pass/fail.
+//! they began) are measured before the manager starts, after the window with the manager
+//! running and idle, and again with it stopped, so that a drift of the control plane over
+//! the run and the cost of the manager's presence both show; the manager's own
+//! `moonin_scaling_edge_delay_seconds` is printed beside. Numbers, not pass/fail.
 //!
 //! ```sh
 //! e2e/cluster up && eval "$(e2e/cluster env)"

@@ -25,6 +25,7 @@ use crate::{
         machine::wait_until_quiet,
         manager as bench_manager,
         manager::ManagerSeat,
+        metrics::scrape,
         report::progress,
         stats::{Stats, stats},
         wait,
@@ -100,11 +101,23 @@ pub async fn measure(
     let events = moonin_events(client, ns).await;
     let latencies = Latencies::from_seen(&t.seen.lock().expect("seen"), p, &names, open, close);
 
-    // The write floor with the manager running, every window closed: what its presence
-    // alone (its watches, the reconciles the floor's writes wake) costs the API server,
-    // beside the same floor a moment later with the manager stopped.
+    // Both floors with the manager running, every window closed: what its presence alone
+    // (its watches, the reconciles the floors' writes wake) costs the API server, beside
+    // the same floors a moment later with the manager stopped. Its write counters say it
+    // wrote nothing in between.
     wait_for_quiet_machine(p, identity).await;
-    let floor_beside = write_floor_seen(&as_manager, &names, "beside").await;
+    let before = scrape(startup.addr).await;
+    let floors_beside = Floors {
+        write: write_floor_seen(&as_manager, &names, "beside").await,
+        spec: match t.carrier {
+            Carrier::Hpa => spec_floors(&as_manager, &names).await,
+            Carrier::ScaledObject => None,
+        },
+    };
+    let writes_beside = scrape(startup.addr)
+        .await
+        .zip(before)
+        .map(|(after, before)| after.minus(&before).writes_total());
 
     // 7. Both floors again, the manager stopped: the control plane and the objects have
     // gone through the window's writes too, which the floors before it had not.
@@ -130,7 +143,8 @@ pub async fn measure(
             write: floor_after,
             spec: spec_floor_after,
         },
-        floor_beside,
+        floors_beside,
+        writes_beside,
         startup,
         window,
         left,

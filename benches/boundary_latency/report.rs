@@ -131,9 +131,11 @@ pub struct Report {
     /// The floors again after the window, the manager stopped: on objects and a control
     /// plane that went through the window's writes too.
     pub floors_after: Floors,
-    /// The write floor after the window with the manager running and idle, just before
+    /// The floors after the window with the manager running and idle, just before
     /// `floors_after`.
-    pub floor_beside: Option<Floor>,
+    pub floors_beside: Floors,
+    /// The manager's writes while `floors_beside` ran (it should have sent none).
+    pub writes_beside: Option<f64>,
     /// The manager until the window.
     pub startup: Startup,
     /// The window's edges.
@@ -165,6 +167,7 @@ impl Report {
     /// Prints the report (Markdown) on stdout.
     pub fn print(&self, p: &Params) {
         self.print_edges(p);
+        self.print_beside();
         self.print_latencies(p);
         self.print_positions(p);
         self.print_writes(p);
@@ -251,16 +254,53 @@ impl Report {
                 },
             );
         }
-        if let Some((beside, stopped)) = self.floor_beside.zip(self.floors_after.write) {
-            println!();
-            println!(
-                "The write floor after the window with the manager running (idle): p99 {:.0} ms; \
-                 with it stopped, just after: {:.0} ms ({:.2}×).",
-                beside.seen.p99,
-                stopped.seen.p99,
-                beside.seen.p99 / stopped.seen.p99
-            );
+    }
+
+    /// The floors beside the idle manager against the same floors with it stopped, and
+    /// the edges against the spec-write floors beside it.
+    fn print_beside(&self) {
+        let (beside, stopped) = (&self.floors_beside, &self.floors_after);
+        let pair =
+            |b: Option<Floor>, s: Option<Floor>| b.zip(s).map(|(b, s)| (b.seen.p99, s.seen.p99));
+        let rows = [
+            ("write floor", pair(beside.write, stopped.write)),
+            (
+                "spec-write floor, open",
+                pair(beside.spec.map(|f| f.0), stopped.spec.map(|f| f.0)),
+            ),
+            (
+                "spec-write floor, close",
+                pair(beside.spec.map(|f| f.1), stopped.spec.map(|f| f.1)),
+            ),
+        ];
+        if rows.iter().all(|(_, r)| r.is_none()) {
+            return;
         }
+        println!();
+        println!("## The floors beside the idle manager (after the window, every window closed)");
+        println!();
+        println!("| floor | p99 ms, manager running | p99 ms, manager stopped just after | ÷ |");
+        println!("|---|---|---|---|");
+        for (what, row) in rows {
+            if let Some((b, s)) = row {
+                println!("| {what} | {b:.0} | {s:.0} | {:.2} |", b / s);
+            }
+        }
+        let l = &self.latencies;
+        let edge = |values: &Vec<f64>, f: Option<Floor>| {
+            stats(values.clone())
+                .zip(f)
+                .map_or_else(|| "—".into(), |(m, f)| format!("{:.2}", m.p99 / f.seen.p99))
+        };
+        println!();
+        println!(
+            "Edges ÷ the spec-write floor beside the manager: open {}, close {}. The manager's writes while these floors ran: {}.",
+            edge(&l.both_open, beside.spec.map(|f| f.0)),
+            edge(&l.both_close, beside.spec.map(|f| f.1)),
+            self.writes_beside
+                // + 0.0: an empty float sum is -0.
+                .map_or_else(|| "not scraped".into(), |w| format!("{:.0}", w + 0.0))
+        );
     }
 
     fn print_latencies(&self, p: &Params) {

@@ -23,7 +23,7 @@ use crate::{
         http::{get_parsed, http_get},
         machine::wait_until_quiet,
         manager::{ManagerSeat, wait_until_leading},
-        metrics::{Counters, label, sum},
+        metrics::Counters,
         process::{listed, moonin_managers},
         report::progress,
         wait,
@@ -41,9 +41,12 @@ pub async fn writes(source: Option<SocketAddr>) -> Option<f64> {
         if body.contains("moonin_api_writes_total") {
             Some(Counters::parse(body).writes_total())
         } else if body.contains("rest_client_requests_total") {
-            Some(sum(body, "rest_client_requests_total{", |l| {
-                matches!(label(l, "method"), "POST" | "PUT" | "PATCH" | "DELETE")
-            }))
+            let method = |m: &str| {
+                let label = format!("method=\"{m}\"");
+                harness::metric_sum(body, "rest_client_requests_total", &[&label])
+                    .unwrap_or_default()
+            };
+            Some(["POST", "PUT", "PATCH", "DELETE"].map(method).iter().sum())
         } else {
             None
         }

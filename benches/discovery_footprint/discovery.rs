@@ -22,11 +22,11 @@ use crate::{
     objects::labels,
     placement,
     shared::{
-        harness::{Manager, TestNamespace},
+        harness::{Manager, TestNamespace, metric_sum},
         http::get_parsed,
         machine::{self, wait_until_quiet},
         manager::{self as bench_manager, ManagerSeat},
-        metrics::{Counters as Scrape, scrape, scrape_retrying, sum},
+        metrics::{Counters as Scrape, scrape, scrape_retrying},
         process::{self, Usage, listed, moonin_managers, usage},
         report::{by_kind, mib, num, progress},
         wait,
@@ -327,11 +327,12 @@ async fn restarted(
     let deadline = launched + Duration::from_secs(p.warmup_timeout_secs);
     loop {
         let finished = get_parsed(addr, "/metrics", |body| {
-            sum(
+            metric_sum(
                 body,
-                "moonin_reconcile_duration_seconds_count{controller=\"discovery\"}",
-                |_| true,
+                "moonin_reconcile_duration_seconds_count",
+                &["controller=\"discovery\""],
             )
+            .unwrap_or_default()
         })
         .await;
         if finished.is_some_and(|n| n >= 1.0) {

@@ -1,5 +1,6 @@
-//! Prometheus text as the benchmarks read it: a line's labels and value, sums over lines,
-//! and the manager's own request and write counters, scraped from its `/metrics`.
+//! Prometheus text as the benchmarks read it: a line's labels and value, and the manager's
+//! own request and write counters, scraped from its `/metrics` (a sum over one metric's
+//! samples is the harness's `metric_sum`).
 
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
@@ -19,14 +20,6 @@ pub fn label<'a>(line: &'a str, name: &str) -> &'a str {
 /// The value of a Prometheus text line (its last field).
 pub fn value(line: &str) -> Option<f64> {
     line.rsplit(' ').next()?.parse().ok()
-}
-
-/// The sum of the values of the lines that start with `prefix` and that `keep` keeps.
-pub fn sum(body: &str, prefix: &str, keep: impl Fn(&str) -> bool) -> f64 {
-    body.lines()
-        .filter(|l| l.starts_with(prefix) && keep(l))
-        .filter_map(value)
-        .sum()
 }
 
 /// The manager's counters that the benchmarks read, each summed over its other labels.

@@ -19,7 +19,7 @@ use kube::{
 use moonin::api::discovery::{ClusterDiscovery, ImageChange, NamespaceInventory, WorkloadRevision};
 use serde_json::{Value, json};
 
-use crate::harness::{wait_for, wait_gone};
+use crate::harness::{metric_sum, wait_for, wait_gone};
 use crate::require_cluster;
 use crate::scaling::Rig;
 
@@ -279,12 +279,17 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     assert_eq!(lists(), before, "no list requests once settled");
     // Rebuilds count as the controller's reconciles.
     let m = rig.manager.as_ref().expect("manager");
+    let (_, body) = m.get("/metrics").expect("metrics");
     let discovery_label = ["controller=\"discovery\""];
-    let rebuilds = m.metric("moonin_reconciliations_total", &discovery_label);
+    let rebuilds = metric_sum(&body, "moonin_reconciliations_total", &discovery_label);
     assert!(rebuilds.is_some_and(|n| n >= 1.0), "{rebuilds:?}");
     assert!(
-        m.metric("moonin_reconcile_duration_seconds_count", &discovery_label)
-            .is_some(),
+        metric_sum(
+            &body,
+            "moonin_reconcile_duration_seconds_count",
+            &discovery_label
+        )
+        .is_some(),
         "a rebuild duration histogram"
     );
     assert_eq!(s["cluster"]["name"]["value"], "e2e", "{s}");

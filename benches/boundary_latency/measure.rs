@@ -31,7 +31,7 @@ use crate::{
         wait,
     },
     targets::Targets,
-    watch::{Latencies, Seen, both_latencies, floor_latencies},
+    watch::{Latencies, Seen, both_latencies, floor_kinds, floor_latencies, latencies},
     window::{run_window, start_manager},
 };
 
@@ -177,11 +177,16 @@ async fn write_floor_seen(t: &Targets, names: &[String], value: &str) -> Option<
     let began = Timestamp::now();
     let answered = write_floor(t, names, value).await?;
     let seen = until_seen(t, names, |s| floor_latencies(s, names, began, value)).await?;
+    let [hpas, deployments, _] = floor_kinds(&t.seen.lock().expect("seen"), names, began, value);
     progress(&format!(
         "write floor: {} writes, p99 {:.0} ms answered; per target, p99 {:.0} ms seen by the watches",
         answered.n, answered.p99, seen.p99
     ));
-    Some(Floor { seen, answered })
+    Some(Floor {
+        seen,
+        answered,
+        kinds: (stats(hpas), stats(deployments)),
+    })
 }
 
 /// The latencies `of` what the watches saw, once they cover every target (at most 30 s
@@ -213,17 +218,22 @@ async fn spec_floors(t: &Targets, names: &[String]) -> Option<(Floor, Floor)> {
     let began = Timestamp::now();
     let open = spec_floor(t, names, true).await;
     let open_seen = until_seen(t, names, |s| both_latencies(s, names, began, |e| e.open)).await;
+    let open_kinds = kinds(t, names, began, |e| e.open);
     settle(t, names, crate::ACTION_MIN).await;
     let began = Timestamp::now();
     let close = spec_floor(t, names, false).await;
     let close_seen = until_seen(t, names, |s| both_latencies(s, names, began, |e| e.close)).await;
+    let close_kinds = kinds(t, names, began, |e| e.close);
     settle(t, names, REPLICAS).await;
     forget_edges(t);
-    let floor = |seen: Option<Stats>, answered: Option<Stats>| {
-        seen.zip(answered)
-            .map(|(seen, answered)| Floor { seen, answered })
+    let floor = |seen: Option<Stats>, answered: Option<Stats>, kinds| {
+        seen.zip(answered).map(|(seen, answered)| Floor {
+            seen,
+            answered,
+            kinds,
+        })
     };
-    let floors = floor(open_seen, open).zip(floor(close_seen, close));
+    let floors = floor(open_seen, open, open_kinds).zip(floor(close_seen, close, close_kinds));
     if let Some((o, c)) = &floors {
         progress(&format!(
             "spec-write floor: open p99 {:.0} ms answered, {:.0} ms seen; close p99 {:.0} ms answered, {:.0} ms seen",
@@ -231,6 +241,18 @@ async fn spec_floors(t: &Targets, names: &[String]) -> Option<(Floor, Floor)> {
         ));
     }
     floors
+}
+
+/// Each kind's edge `pick` as the watches saw it, from `began`: the autoscalers', the
+/// Deployments'.
+fn kinds(
+    t: &Targets,
+    names: &[String],
+    began: Timestamp,
+    pick: fn(&crate::watch::Edges) -> Option<Timestamp>,
+) -> (Option<Stats>, Option<Stats>) {
+    let [hpas, deployments, _] = latencies(&t.seen.lock().expect("seen"), names, began, pick);
+    (stats(hpas), stats(deployments))
 }
 
 /// The watches forget the edges they saw: the next writes' are timed afresh.

@@ -7,7 +7,7 @@ use jiff::Timestamp;
 
 use crate::{
     GOAL_MS, Params, SCRAPE_EVERY,
-    server::{SERVER_ROWS, ServerTimes},
+    server::{CLOSED, CLOSED_ROWS, SERVER_ROWS, ServerTimes},
     shared::{
         metrics::Counters as Scrape,
         process,
@@ -102,6 +102,8 @@ pub struct Floor {
     /// Per write, from that instant to its response (what the sender itself sees; a
     /// watch event follows the response).
     pub answered: Stats,
+    /// As `seen`, each kind's writes alone: the autoscalers', the Deployments'.
+    pub kinds: (Option<Stats>, Option<Stats>),
 }
 
 /// The floors measured at one point of the run.
@@ -169,6 +171,7 @@ impl Report {
         self.print_edges(p);
         self.print_beside();
         self.print_latencies(p);
+        self.print_kinds(p);
         self.print_positions(p);
         self.print_writes(p);
         self.print_server_times();
@@ -354,7 +357,9 @@ impl Report {
             }
         }
         match &self.floors.write {
-            Some(Floor { seen: f, answered }) => println!(
+            Some(Floor {
+                seen: f, answered, ..
+            }) => println!(
                 "| *floor: the same {} writes sent by this benchmark as the manager's ServiceAccount at one instant, {} in flight (annotation patches: no controller reacts); per target, both writes seen by the watches (their responses: p99 {:.0} ms)* | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
                 2 * n,
                 moonin::scaling::commit::MAX_IN_FLIGHT,
@@ -377,7 +382,9 @@ impl Report {
             ("close", self.floors.spec.map(|s| s.1)),
         ] {
             match f {
-                Some(Floor { seen: f, answered }) => println!(
+                Some(Floor {
+                    seen: f, answered, ..
+                }) => println!(
                     "| *spec-write floor, {edge}: the window's own {} spec writes sent by this benchmark as the manager's ServiceAccount (the controllers react{}); per target, both writes seen by the watches (their responses: p99 {:.0} ms)* | {} | {:.0} | {:.0} | {:.0} | {:.0} | — |",
                     2 * n,
                     if edge == "close" {
@@ -396,6 +403,44 @@ impl Report {
                     println!("| *spec-write floor, {edge}* | 0 | — | — | — | — | not measured |")
                 }
             }
+        }
+    }
+
+    /// Each kind's writes alone, at Moonin's edges and in the floors: which of a target's
+    /// two writes the time goes to.
+    fn print_kinds(&self, p: &Params) {
+        let kind = p.autoscaler.label();
+        let p99 =
+            |v: &Vec<f64>| stats(v.clone()).map_or_else(|| "—".into(), |s| format!("{:.0}", s.p99));
+        let of = |s: Option<Stats>| s.map_or_else(|| "—".into(), |s| format!("{:.0}", s.p99));
+        let l = &self.latencies;
+        println!();
+        println!(
+            "Each kind's writes alone (p99 ms from the instant they began, seen by the watches; the Deployment is written first at open, the {kind} first at close):"
+        );
+        println!();
+        println!("| writes | {kind} p99 ms | Deployment p99 ms |");
+        println!("|---|---|---|");
+        let spec = self.floors.spec;
+        for (edge, moonin, floor) in [
+            ("open", (&l.hpa_open, &l.dep_open), spec.map(|s| s.0)),
+            ("close", (&l.hpa_close, &l.dep_close), spec.map(|s| s.1)),
+        ] {
+            println!("| Moonin, {edge} | {} | {} |", p99(moonin.0), p99(moonin.1));
+            if let Some(f) = floor {
+                println!(
+                    "| spec-write floor, {edge} | {} | {} |",
+                    of(f.kinds.0),
+                    of(f.kinds.1)
+                );
+            }
+        }
+        if let Some(w) = self.floors.write {
+            println!(
+                "| write floor (annotations, the Deployment first) | {} | {} |",
+                of(w.kinds.0),
+                of(w.kinds.1)
+            );
         }
         println!();
         println!(
@@ -553,7 +598,7 @@ impl Report {
     fn print_server_times(&self) {
         println!();
         println!(
-            "API server time per request during each boundary and during the floors (its own apiserver_request_duration_seconds, all clients; from 3 s before the boundary until it settled; the floors run before the manager starts, the spec-write floors' column holds their open and close together, until the Deployments settled):"
+            "API server time per request during each boundary and during the floors (its own apiserver_request_duration_seconds, all clients; from 3 s before the boundary until it settled; the floors run before the manager starts, the spec-write floors' column holds their open and close together, until the Deployments settled; the last rows count the watches it closed because their client did not read their events in time, its `apiserver_terminated_watchers_total`: before closing one it holds that resource's events back from every watcher for up to 100 ms):"
         );
         println!();
         println!(
@@ -574,6 +619,21 @@ impl Report {
             };
             println!(
                 "| {verb} {resource} | {} | {} | {} | {} |",
+                cell(&self.window.open.server),
+                cell(&self.window.close.server),
+                cell(&self.floor_server.0),
+                cell(&self.floor_server.1)
+            );
+        }
+        // Counts only: a watch closed for not reading (apiserver_terminated_watchers_total).
+        for resource in CLOSED_ROWS {
+            let key = (CLOSED.to_string(), resource.to_string());
+            let cell = |(before, after): &(ServerTimes, ServerTimes)| {
+                let n = |t: &ServerTimes| t.get(&key).map_or(0.0, |v| v.1);
+                format!("{} | —", count(n(after) - n(before)))
+            };
+            println!(
+                "| watches of {resource} closed as unresponsive | {} | {} | {} | {} |",
                 cell(&self.window.open.server),
                 cell(&self.window.close.server),
                 cell(&self.floor_server.0),

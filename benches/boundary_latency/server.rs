@@ -29,8 +29,22 @@ pub fn machine_note(identity: &str) -> String {
 }
 
 /// The API server's own `apiserver_request_duration_seconds` (sum, count) by
-/// (verb, resource[/subresource]), all clients together.
+/// (verb, resource[/subresource]), all clients together; and, under the verb [`CLOSED`], its
+/// `apiserver_terminated_watchers_total` by resource (count only).
 pub type ServerTimes = BTreeMap<(String, String), (f64, f64)>;
+
+/// The verb under which [`ServerTimes`] holds the watches the API server closed because
+/// their client did not read its events in time: until it does, or its time budget is spent,
+/// the API server holds back that resource's events from every other watcher too.
+pub const CLOSED: &str = "CLOSED";
+
+/// The resources whose closed watches are reported: those the manager and this benchmark
+/// both watch.
+pub const CLOSED_ROWS: [&str; 3] = [
+    "deployments",
+    "horizontalpodautoscalers",
+    "scalingtemplates",
+];
 
 fn server_times() -> ServerTimes {
     let mut out = ServerTimes::new();
@@ -41,6 +55,12 @@ fn server_times() -> ServerTimes {
         return out;
     };
     for line in String::from_utf8_lossy(&o.stdout).lines() {
+        if let Some(rest) = line.strip_prefix("apiserver_terminated_watchers_total{") {
+            let n = rest.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+            let key = (CLOSED.to_string(), label(rest, "resource").to_string());
+            out.entry(key).or_default().1 += n.unwrap_or(0.0);
+            continue;
+        }
         let (is_sum, rest) =
             if let Some(r) = line.strip_prefix("apiserver_request_duration_seconds_sum{") {
                 (true, r)
@@ -77,9 +97,13 @@ pub async fn server_times_async() -> ServerTimes {
 }
 
 /// The requests whose server-side time explains the latencies.
-pub const SERVER_ROWS: [(&str, &str); 7] = [
+pub const SERVER_ROWS: [(&str, &str); 9] = [
     ("PATCH", "horizontalpodautoscalers"),
     ("PATCH", "deployments"),
+    // The Deployment controller's writes: a ReplicaSet's replicas, and the annotations it
+    // copies from its Deployment; the Deployment's status.
+    ("PUT", "replicasets"),
+    ("PUT", "deployments/status"),
     ("APPLY", "scalingtemplates/status"),
     ("POST", "events"),
     ("PATCH", "events"),

@@ -186,16 +186,26 @@ pub fn ms_since(boundary: Timestamp, at: Timestamp) -> f64 {
 /// Per target whose two writes of the write floor's `value` have both been seen: from
 /// `began` to the later of the two, as [`Latencies`] times an edge's target.
 pub fn floor_latencies(seen: &Seen, names: &[String], began: Timestamp, value: &str) -> Vec<f64> {
+    let [_, _, both] = floor_kinds(seen, names, began, value);
+    both
+}
+
+/// The write floor's writes of `value` seen: per autoscaler, per Deployment, and per target
+/// whose two writes both were (as [`floor_latencies`]), from `began`.
+pub fn floor_kinds(seen: &Seen, names: &[String], began: Timestamp, value: &str) -> [Vec<f64>; 3] {
     let first = |kind: usize, name: &str| {
         seen.floor_marks
             .get(&(kind, name.to_string(), value.to_string()))
             .copied()
     };
-    names
-        .iter()
-        .filter_map(|n| first(0, n).zip(first(1, n)))
-        .map(|(h, d)| ms_since(began, h.max(d)))
-        .collect()
+    let mut out = [Vec::new(), Vec::new(), Vec::new()];
+    for n in names {
+        let (h, d) = (first(0, n), first(1, n));
+        out[0].extend(h.map(|h| ms_since(began, h)));
+        out[1].extend(d.map(|d| ms_since(began, d)));
+        out[2].extend(h.zip(d).map(|(h, d)| ms_since(began, h.max(d))));
+    }
+    out
 }
 
 /// Per target whose edge `pick` has been seen on both its objects: from `began` to the
@@ -211,7 +221,7 @@ pub fn both_latencies(
 }
 
 /// Per target: boundary → the edge `pick` of the HPA, of the Deployment, and of both.
-fn latencies(
+pub fn latencies(
     seen: &Seen,
     names: &[String],
     boundary: Timestamp,

@@ -21,7 +21,7 @@ use super::{
 };
 use crate::api::discovery::{ClusterDiscovery, NamespaceInventory, WorkloadRevision};
 use crate::runtime::{
-    access,
+    cache,
     context::{Context, Readiness, Registered},
     errors::brief,
     events::Publisher,
@@ -95,13 +95,8 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
             ctx.shutdown.clone(),
         )),
     ];
-    // Each watch on a task of its own, so that a big cluster's initial state is decoded on
-    // every core; they end (aborted) with this function. A task does not inherit the
-    // controller's name, which a refused watch reports its missing permission under.
-    let mut watches = tokio::task::JoinSet::new();
-    for drive in drives.into_iter().chain(reporters) {
-        watches.spawn(access::CONTROLLER.scope(CONTROLLER, drive));
-    }
+    // Each watch on a task of its own: a big cluster's initial state is decoded on every core.
+    let watches = cache::spawn_watches(CONTROLLER, drives.into_iter().chain(reporters).collect());
     tokio::select! {
         _ = watches.join_all() => {}
         _ = synced(&shared, readiness) => {}

@@ -229,6 +229,23 @@ where
     }
 }
 
+/// Runs each of a controller's watches (the drives [`cache`] returns, and any other) on a
+/// task of its own: a burst of one kind's events is decoded on whichever core is free and
+/// never holds back the reading of another kind's watch. A watch whose events are not read
+/// in time costs everyone: the API server holds back that resource's events from every
+/// watcher (up to 100 ms), then closes it. The tasks carry `controller`'s name for
+/// [`access`]'s reports and end, aborted, when the set is dropped.
+pub fn spawn_watches(
+    controller: &'static str,
+    drives: Vec<BoxFuture<'static, ()>>,
+) -> tokio::task::JoinSet<()> {
+    let mut watches = tokio::task::JoinSet::new();
+    for drive in drives {
+        watches.spawn(access::CONTROLLER.scope(controller, drive));
+    }
+    watches
+}
+
 /// Whether the API server serves `K` (its CRD is installed): a one-item list answers. Any
 /// other error is logged and read as "not installed", so a controller runs without it.
 pub async fn installed<K: Cached>(client: &Client) -> bool {
@@ -527,5 +544,40 @@ mod tests {
         echoes.expect(&ours);
         assert!(!echoes.is_echo(&theirs));
         assert!(!echoes.is_echo(&ours));
+    }
+
+    /// A watch busy decoding on one core does not hold back another: the second runs on the
+    /// other worker while the first never yields (one task polling both would run the second
+    /// only after the first gave up, 5 s later). Both carry the controller's name.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_busy_watch_does_not_hold_back_another_and_both_carry_the_controllers_name() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (other_ran, busy_saw_it) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let names = Arc::new(Mutex::new(Vec::new()));
+        let (flag, saw, seen) = (other_ran.clone(), busy_saw_it.clone(), names.clone());
+        let busy: BoxFuture<'static, ()> = Box::pin(async move {
+            seen.lock().unwrap().push(access::CONTROLLER.with(|c| *c));
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while !flag.load(Ordering::Acquire) && std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            saw.store(flag.load(Ordering::Acquire), Ordering::Release);
+        });
+        let (flag, seen) = (other_ran.clone(), names.clone());
+        let other: BoxFuture<'static, ()> = Box::pin(async move {
+            seen.lock().unwrap().push(access::CONTROLLER.with(|c| *c));
+            flag.store(true, Ordering::Release);
+        });
+        spawn_watches("cache-test", vec![busy, other])
+            .join_all()
+            .await;
+        assert!(
+            busy_saw_it.load(Ordering::Acquire),
+            "the second watch ran only after the first"
+        );
+        assert_eq!(*names.lock().unwrap(), vec!["cache-test", "cache-test"]);
     }
 }

@@ -418,8 +418,9 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         report_undecodable(ctx.clone(), events),
     );
     let shutdown = ctx.shutdown.clone();
+    let watches = cache::spawn_watches(CONTROLLER, drives);
     tokio::select! {
-        _ = futures::future::join_all(drives) => {}
+        _ = watches.join_all() => {}
         _ = running => {}
         _ = shutdown.cancelled() => {}
     }

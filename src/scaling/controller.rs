@@ -367,8 +367,9 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
             futures::future::join(sweep_loop(shared, shutdown), wake).await;
         }
     };
+    let watches = cache::spawn_watches(CONTROLLER, drives);
     tokio::select! {
-        _ = futures::future::join_all(drives) => {}
+        _ = watches.join_all() => {}
         _ = futures::future::join3(ns_ctl, cl_ctl, sweeper) => {}
         _ = ctx.shutdown.cancelled() => {}
     }

@@ -177,7 +177,12 @@ async fn write_floor_seen(t: &Targets, names: &[String], value: &str) -> Option<
     let began = Timestamp::now();
     let answered = write_floor(t, names, value).await?;
     let seen = until_seen(t, names, |s| floor_latencies(s, names, began, value)).await?;
-    let [hpas, deployments, _] = floor_kinds(&t.seen.lock().expect("seen"), names, began, value);
+    let kinds = kind_stats(floor_kinds(
+        &t.seen.lock().expect("seen"),
+        names,
+        began,
+        value,
+    ));
     progress(&format!(
         "write floor: {} writes, p99 {:.0} ms answered; per target, p99 {:.0} ms seen by the watches",
         answered.n, answered.p99, seen.p99
@@ -185,7 +190,7 @@ async fn write_floor_seen(t: &Targets, names: &[String], value: &str) -> Option<
     Some(Floor {
         seen,
         answered,
-        kinds: (stats(hpas), stats(deployments)),
+        kinds,
     })
 }
 
@@ -251,8 +256,13 @@ fn kinds(
     began: Timestamp,
     pick: fn(&crate::watch::Edges) -> Option<Timestamp>,
 ) -> (Option<Stats>, Option<Stats>) {
-    let [hpas, deployments, _] = latencies(&t.seen.lock().expect("seen"), names, began, pick);
-    (stats(hpas), stats(deployments))
+    kind_stats(latencies(&t.seen.lock().expect("seen"), names, began, pick))
+}
+
+/// The autoscalers' and the Deployments' statistics of the watches' `[autoscalers,
+/// Deployments, both]` latencies.
+fn kind_stats([autoscalers, deployments, _]: [Vec<f64>; 3]) -> (Option<Stats>, Option<Stats>) {
+    (stats(autoscalers), stats(deployments))
 }
 
 /// The watches forget the edges they saw: the next writes' are timed afresh.

@@ -7,7 +7,7 @@ use jiff::Timestamp;
 
 use crate::{
     GOAL_MS, Params, SCRAPE_EVERY,
-    server::{CLOSED, CLOSED_ROWS, SERVER_ROWS, ServerTimes},
+    server::{CLOSED_ROWS, QUEUE_LEVEL, SERVER_ROWS, ServerTimes},
     shared::{
         metrics::Counters as Scrape,
         process,
@@ -598,46 +598,47 @@ impl Report {
     fn print_server_times(&self) {
         println!();
         println!(
-            "API server time per request during each boundary and during the floors (its own apiserver_request_duration_seconds, all clients; from 3 s before the boundary until it settled; the floors run before the manager starts, the spec-write floors' column holds their open and close together, until the Deployments settled; the last rows count the watches it closed because their client did not read their events in time, its `apiserver_terminated_watchers_total`: before closing one it holds that resource's events back from every watcher for up to 100 ms):"
+            "API server time per request during each boundary and during the floors (its own apiserver_request_duration_seconds, all clients; from 3 s before the boundary until it settled; the floors run before the manager starts, the spec-write floors' column holds their open and close together, until the Deployments settled; then the time requests waited in its queues (API Priority and Fairness, `apiserver_flowcontrol_request_wait_duration_seconds`) at the manager's priority level; the last rows count the watches it closed because their client did not read their events in time, its `apiserver_terminated_watchers_total`: before closing one it holds that resource's events back from every watcher for up to 100 ms):"
         );
         println!();
         println!(
             "| request | open: n | open: mean ms | close: n | close: mean ms | floor: n | floor: mean ms | spec-write floors: n | spec-write floors: mean ms |"
         );
         println!("|---|---|---|---|---|---|---|---|---|");
-        for (verb, resource) in SERVER_ROWS {
-            let key = (verb.to_string(), resource.to_string());
-            let cell = |(before, after): &(ServerTimes, ServerTimes)| {
-                let (s1, c1) = before.get(&key).copied().unwrap_or_default();
-                let (s2, c2) = after.get(&key).copied().unwrap_or_default();
-                let n = c2 - c1;
-                if n > 0.0 {
-                    format!("{} | {:.0}", count(n), (s2 - s1) / n * 1000.0)
-                } else {
-                    "0 | —".to_string()
-                }
-            };
+        type Phase = (ServerTimes, ServerTimes);
+        let row = |what: &str, cell: &dyn Fn(&Phase) -> String| {
             println!(
-                "| {verb} {resource} | {} | {} | {} | {} |",
+                "| {what} | {} | {} | {} | {} |",
                 cell(&self.window.open.server),
                 cell(&self.window.close.server),
                 cell(&self.floor_server.0),
                 cell(&self.floor_server.1)
             );
+        };
+        // n and mean ms of a (sum, count) between the phase's two scrapes.
+        let mean = |of: &dyn Fn(&ServerTimes) -> (f64, f64), (before, after): &Phase| {
+            let ((s1, c1), (s2, c2)) = (of(before), of(after));
+            let n = c2 - c1;
+            if n > 0.0 {
+                format!("{} | {:.0}", count(n), (s2 - s1) / n * 1000.0)
+            } else {
+                "0 | —".to_string()
+            }
+        };
+        for (verb, resource) in SERVER_ROWS {
+            let key = (verb.to_string(), resource.to_string());
+            let of = |t: &ServerTimes| t.requests.get(&key).copied().unwrap_or_default();
+            row(&format!("{verb} {resource}"), &|p| mean(&of, p));
         }
+        let queued = |t: &ServerTimes| t.queue_wait.get(QUEUE_LEVEL).copied().unwrap_or_default();
+        let what = format!("waited in the queues of priority level {QUEUE_LEVEL}");
+        row(&what, &|p| mean(&queued, p));
         // Counts only: a watch closed for not reading (apiserver_terminated_watchers_total).
         for resource in CLOSED_ROWS {
-            let key = (CLOSED.to_string(), resource.to_string());
-            let cell = |(before, after): &(ServerTimes, ServerTimes)| {
-                let n = |t: &ServerTimes| t.get(&key).map_or(0.0, |v| v.1);
-                format!("{} | —", count(n(after) - n(before)))
-            };
-            println!(
-                "| watches of {resource} closed as unresponsive | {} | {} | {} | {} |",
-                cell(&self.window.open.server),
-                cell(&self.window.close.server),
-                cell(&self.floor_server.0),
-                cell(&self.floor_server.1)
+            let n = |t: &ServerTimes| t.closed_watches.get(resource).copied().unwrap_or(0.0);
+            row(
+                &format!("watches of {resource} closed as unresponsive"),
+                &|(b, a)| format!("{} | —", count(n(a) - n(b))),
             );
         }
         println!();

@@ -28,15 +28,21 @@ pub fn machine_note(identity: &str) -> String {
     })
 }
 
-/// The API server's own `apiserver_request_duration_seconds` (sum, count) by
-/// (verb, resource[/subresource]), all clients together; and, under the verb [`CLOSED`], its
-/// `apiserver_terminated_watchers_total` by resource (count only).
-pub type ServerTimes = BTreeMap<(String, String), (f64, f64)>;
-
-/// The verb under which [`ServerTimes`] holds the watches the API server closed because
-/// their client did not read its events in time: until it does, or its time budget is spent,
-/// the API server holds back that resource's events from every other watcher too.
-pub const CLOSED: &str = "CLOSED";
+/// What the API server's `/metrics` said at one instant.
+#[derive(Clone, Debug, Default)]
+pub struct ServerTimes {
+    /// Its `apiserver_request_duration_seconds` (sum in seconds, count) by
+    /// (verb, resource[/subresource]), all clients together.
+    pub requests: BTreeMap<(String, String), (f64, f64)>,
+    /// Its `apiserver_terminated_watchers_total` by resource: the watches it closed because
+    /// their client did not read its events in time. Until it does, or its time budget is
+    /// spent, the API server holds back that resource's events from every other watcher too.
+    pub closed_watches: BTreeMap<String, f64>,
+    /// Its `apiserver_flowcontrol_request_wait_duration_seconds` of the requests it went on
+    /// to execute (sum, count) by priority level: the time they waited in its queues
+    /// (API Priority and Fairness) before it began to serve them.
+    pub queue_wait: BTreeMap<String, (f64, f64)>,
+}
 
 /// The resources whose closed watches are reported: those the manager and this benchmark
 /// both watch.
@@ -47,7 +53,7 @@ pub const CLOSED_ROWS: [&str; 3] = [
 ];
 
 fn server_times() -> ServerTimes {
-    let mut out = ServerTimes::new();
+    let mut out = ServerTimes::default();
     let Ok(o) = std::process::Command::new("kubectl")
         .args(["get", "--raw", "/metrics"])
         .output()
@@ -57,36 +63,48 @@ fn server_times() -> ServerTimes {
     for line in String::from_utf8_lossy(&o.stdout).lines() {
         if let Some(rest) = line.strip_prefix("apiserver_terminated_watchers_total{") {
             let n = rest.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
-            let key = (CLOSED.to_string(), label(rest, "resource").to_string());
-            out.entry(key).or_default().1 += n.unwrap_or(0.0);
-            continue;
-        }
-        let (is_sum, rest) =
-            if let Some(r) = line.strip_prefix("apiserver_request_duration_seconds_sum{") {
-                (true, r)
-            } else if let Some(r) = line.strip_prefix("apiserver_request_duration_seconds_count{") {
-                (false, r)
-            } else {
-                continue;
+            *out.closed_watches
+                .entry(label(rest, "resource").to_string())
+                .or_default() += n.unwrap_or(0.0);
+        } else if let Some((sum, rest, v)) =
+            histogram_sample(line, "apiserver_request_duration_seconds")
+        {
+            let resource = match label(rest, "subresource") {
+                "" | "?" => label(rest, "resource").to_string(),
+                sub => format!("{}/{sub}", label(rest, "resource")),
             };
-        let Some(value) = rest.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
-            continue;
-        };
-        let sub = label(rest, "subresource");
-        let resource = match sub {
-            "" | "?" => label(rest, "resource").to_string(),
-            sub => format!("{}/{sub}", label(rest, "resource")),
-        };
-        let e = out
-            .entry((label(rest, "verb").to_string(), resource))
-            .or_default();
-        if is_sum {
-            e.0 += value;
-        } else {
-            e.1 += value;
+            let key = (label(rest, "verb").to_string(), resource);
+            add(out.requests.entry(key).or_default(), sum, v);
+        } else if let Some((sum, rest, v)) =
+            histogram_sample(line, "apiserver_flowcontrol_request_wait_duration_seconds")
+            && label(rest, "execute") == "true"
+        {
+            let level = label(rest, "priority_level").to_string();
+            add(out.queue_wait.entry(level).or_default(), sum, v);
         }
     }
     out
+}
+
+/// `line` as a sample of histogram `metric`'s `_sum` (true) or `_count` (false): its
+/// labels (and what follows them) and its value.
+fn histogram_sample<'a>(line: &'a str, metric: &str) -> Option<(bool, &'a str, f64)> {
+    let rest = line.strip_prefix(metric)?;
+    let (sum, rest) = match rest.strip_prefix("_sum{") {
+        Some(r) => (true, r),
+        None => (false, rest.strip_prefix("_count{")?),
+    };
+    let value = rest.rsplit(' ').next()?.parse().ok()?;
+    Some((sum, rest, value))
+}
+
+/// Adds a sample's value to the sum or the count of `e`.
+fn add(e: &mut (f64, f64), sum: bool, value: f64) {
+    if sum {
+        e.0 += value;
+    } else {
+        e.1 += value;
+    }
 }
 
 /// The API server's request times now (zero when `kubectl get --raw /metrics` fails).
@@ -95,6 +113,11 @@ pub async fn server_times_async() -> ServerTimes {
         .await
         .unwrap_or_default()
 }
+
+/// The priority level whose queue waits are reported: the manager's and the floors' (its
+/// ServiceAccount's flow schema, `service-accounts`). The local control plane's controllers
+/// run as an exempt user, whose requests never queue.
+pub const QUEUE_LEVEL: &str = "workload-low";
 
 /// The requests whose server-side time explains the latencies.
 pub const SERVER_ROWS: [(&str, &str); 9] = [

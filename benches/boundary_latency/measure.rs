@@ -26,6 +26,7 @@ use crate::{
         manager as bench_manager,
         manager::ManagerSeat,
         metrics::scrape,
+        process,
         report::progress,
         stats::{Stats, stats},
         wait,
@@ -83,17 +84,29 @@ pub async fn measure(
     // 3. The manager; 4. and 5. the window opens and closes.
     let startup = start_manager(client, p, seat, &t, open, manager_slot).await?;
     // A missing target is reported once the window opens: the reasons are counted then.
-    let window = run_window(
-        &t,
-        &names,
-        identity,
-        &startup,
-        open,
-        close,
-        refusals(&t, p, open),
-    )
-    .await?;
-    let refused = window.refused;
+    // Then, the Deployments settled at the window's minimum, the write floor between the
+    // edges: the API server as the edges find it, which drifts from the floor before them
+    // as the run's writes accumulate in etcd.
+    let between = async {
+        let refused = refusals(&t, p, open).await;
+        // Done 15 s before the close at the latest, or not measured.
+        let budget = close.duration_since(Timestamp::now()) - SignedDuration::from_secs(15);
+        let floor = async {
+            settle(&t, &names, crate::ACTION_MIN).await;
+            let cpu = process::usage(startup.pid).cpu_secs;
+            let floor = write_floor_seen(&as_manager, &names, "between").await;
+            floor.map(|f| (f, process::usage(startup.pid).cpu_secs - cpu))
+        };
+        let floor = tokio::time::timeout(Duration::try_from(budget).unwrap_or_default(), floor)
+            .await
+            .unwrap_or_else(|_| {
+                progress("no write floor between the edges: the window closes too soon");
+                None
+            });
+        (refused, floor)
+    };
+    let (window, (refused, floor_between)) =
+        run_window(&t, &names, identity, &startup, open, close, between).await?;
 
     // 6. What is left.
     let left = leftovers(&t).await?;
@@ -139,6 +152,8 @@ pub async fn measure(
             spec: spec_floor,
         },
         floor_server: (floor_server, spec_floor_server),
+        floor_between: floor_between.map(|f| f.0),
+        floor_between_cpu: floor_between.map(|f| f.1),
         floors_after: Floors {
             write: floor_after,
             spec: spec_floor_after,

@@ -68,8 +68,6 @@ pub struct Window {
     pub peak: process::Usage,
     /// Load and competing processes at each checkpoint.
     pub machine: Vec<(String, String)>,
-    /// How many refused templates carried their reason once the window opened.
-    pub refused: Option<usize>,
 }
 
 /// What is left after the close.
@@ -130,6 +128,11 @@ pub struct Report {
     /// The API server's request times around the floor and around the spec-write floors
     /// (empty when not measured).
     pub floor_server: ((ServerTimes, ServerTimes), (ServerTimes, ServerTimes)),
+    /// The write floor between the window's edges, the manager running (its overrides in
+    /// place, the Deployments settled at the window's minimum).
+    pub floor_between: Option<Floor>,
+    /// The manager's CPU time while `floor_between` ran, in seconds.
+    pub floor_between_cpu: Option<f64>,
     /// The floors again after the window, the manager stopped: on objects and a control
     /// plane that went through the window's writes too.
     pub floors_after: Floors,
@@ -170,6 +173,7 @@ impl Report {
     pub fn print(&self, p: &Params) {
         self.print_edges(p);
         self.print_beside();
+        self.print_drift();
         self.print_latencies(p);
         self.print_kinds(p);
         self.print_positions(p);
@@ -304,6 +308,52 @@ impl Report {
                 // + 0.0: an empty float sum is -0.
                 .map_or_else(|| "not scraped".into(), |w| format!("{:.0}", w + 0.0))
         );
+    }
+
+    /// The write floor at each point of the run where it was sent, and each edge against it.
+    fn print_drift(&self) {
+        let rows = [
+            (
+                "before the window, the manager not started (the goal's floor)",
+                self.floors.write,
+            ),
+            ("between the edges, the manager running", self.floor_between),
+            (
+                "after the close, the manager running and idle",
+                self.floors_beside.write,
+            ),
+            (
+                "after the close, the manager stopped",
+                self.floors_after.write,
+            ),
+        ];
+        let l = &self.latencies;
+        let (open, close) = (stats(l.both_open.clone()), stats(l.both_close.clone()));
+        let ratio = |edge: Option<Stats>, f: &Floor| {
+            edge.map_or_else(|| "—".into(), |e| format!("{:.2}", e.p99 / f.seen.p99))
+        };
+        println!();
+        println!("## The write floor through the run");
+        println!();
+        println!("| write floor sent | p99 ms, seen | open p99 ÷ it | close p99 ÷ it |");
+        println!("|---|---|---|---|");
+        for (when, floor) in rows {
+            match floor {
+                Some(f) => println!(
+                    "| {when} | {:.0} | {} | {} |",
+                    f.seen.p99,
+                    ratio(open, &f),
+                    ratio(close, &f)
+                ),
+                None => println!("| {when} | not measured | — | — |"),
+            }
+        }
+        if let Some(cpu) = self.floor_between_cpu {
+            println!();
+            println!(
+                "The manager's CPU time while the floor between the edges ran (from its first write until the watches saw the last): {cpu:.2} s; it wrote nothing (see \"between boundaries\" below)."
+            );
+        }
     }
 
     fn print_latencies(&self, p: &Params) {

@@ -148,15 +148,16 @@ async fn templates_idle(
 }
 
 /// Both edges of the window, then 10 s more; the machine noted at each checkpoint.
-pub async fn run_window(
+/// `while_open` runs between the edges (once the open settled), its answer returned.
+pub async fn run_window<W>(
     t: &Targets,
     names: &[String],
     identity: &str,
     startup: &Startup,
     open: Timestamp,
     close: Timestamp,
-    while_open: impl std::future::Future<Output = Option<usize>>,
-) -> Result<Window, String> {
+    while_open: impl std::future::Future<Output = W>,
+) -> Result<(Window, W), String> {
     let all = |pick: fn(&Edges) -> Option<Timestamp>| {
         move |s: &Seen| {
             names.iter().all(|name| {
@@ -175,21 +176,21 @@ pub async fn run_window(
     let (open_boundary, idle) = edge
         .wait_out("open", open, 50, all(|e| e.open), &mut machine)
         .await?;
-    let refused = while_open.await;
+    let between = while_open.await;
     let (close_boundary, _) = edge
         .wait_out("close", close, 60, all(|e| e.close), &mut machine)
         .await?;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let after_close = scrape_retrying(startup.addr).await?;
-    Ok(Window {
+    let window = Window {
         open: open_boundary,
         close: close_boundary,
         after_close,
         idle,
         peak: process::usage(startup.pid),
         machine,
-        refused,
-    })
+    };
+    Ok((window, between))
 }
 
 /// What an edge of the window is measured with.

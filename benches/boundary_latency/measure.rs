@@ -85,8 +85,8 @@ pub async fn measure(
     let startup = start_manager(client, p, seat, &t, open, manager_slot).await?;
     // A missing target is reported once the window opens: the reasons are counted then.
     // Then, the Deployments settled at the window's minimum, the write floor between the
-    // edges: the API server as the edges find it, which drifts from the floor before them
-    // as the run's writes accumulate in etcd.
+    // edges: the API server as the edges find it (the manager running and watching, the
+    // window's Pods), which the floor before the manager starts does not see.
     let between = async {
         let refused = refusals(&t, p, open).await;
         // Done 15 s before the close at the latest, or not measured.

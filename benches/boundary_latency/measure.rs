@@ -152,8 +152,7 @@ pub async fn measure(
             spec: spec_floor,
         },
         floor_server: (floor_server, spec_floor_server),
-        floor_between: floor_between.map(|f| f.0),
-        floor_between_cpu: floor_between.map(|f| f.1),
+        floor_between,
         floors_after: Floors {
             write: floor_after,
             spec: spec_floor_after,

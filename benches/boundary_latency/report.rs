@@ -130,9 +130,8 @@ pub struct Report {
     pub floor_server: ((ServerTimes, ServerTimes), (ServerTimes, ServerTimes)),
     /// The write floor between the window's edges, the manager running (its overrides in
     /// place, the Deployments settled at the window's minimum).
-    pub floor_between: Option<Floor>,
-    /// The manager's CPU time while `floor_between` ran, in seconds.
-    pub floor_between_cpu: Option<f64>,
+    /// With it, the manager's CPU time while it ran, in seconds.
+    pub floor_between: Option<(Floor, f64)>,
     /// The floors again after the window, the manager stopped: on objects and a control
     /// plane that went through the window's writes too.
     pub floors_after: Floors,
@@ -162,6 +161,12 @@ const FLOOR_GOAL: f64 = 1.2;
 const WRITES_GOAL: f64 = 1.02;
 /// The goal for conflict retries, in % of an edge's writes.
 const CONFLICT_GOAL_PCT: f64 = 1.0;
+
+/// An edge's p99 ÷ a floor's, or `—` when either is missing.
+fn over(edge: Option<f64>, floor: Option<f64>) -> String {
+    edge.zip(floor)
+        .map_or_else(|| "—".into(), |(e, f)| format!("{:.2}", e / f))
+}
 
 /// A counter difference as an integer (never `-0`).
 pub fn count(v: f64) -> i64 {
@@ -240,8 +245,7 @@ impl Report {
                     |r| format!("{r:.2} {}", if r <= FLOOR_GOAL { "met" } else { "MISSED" })
                 ),
                 ms(spec),
-                p99.zip(spec)
-                    .map_or_else(|| "—".into(), |(m, f)| format!("{:.2}", m / f)),
+                over(p99, spec),
                 after(floor_after),
                 after(spec_after),
                 count(writes),
@@ -295,9 +299,7 @@ impl Report {
         }
         let l = &self.latencies;
         let edge = |values: &Vec<f64>, f: Option<Floor>| {
-            stats(values.clone())
-                .zip(f)
-                .map_or_else(|| "—".into(), |(m, f)| format!("{:.2}", m.p99 / f.seen.p99))
+            over(stats(values.clone()).map(|m| m.p99), f.map(|f| f.seen.p99))
         };
         println!();
         println!(
@@ -317,7 +319,10 @@ impl Report {
                 "before the window, the manager not started (the goal's floor)",
                 self.floors.write,
             ),
-            ("between the edges, the manager running", self.floor_between),
+            (
+                "between the edges, the manager running",
+                self.floor_between.map(|f| f.0),
+            ),
             (
                 "after the close, the manager running and idle",
                 self.floors_beside.write,
@@ -328,10 +333,8 @@ impl Report {
             ),
         ];
         let l = &self.latencies;
-        let (open, close) = (stats(l.both_open.clone()), stats(l.both_close.clone()));
-        let ratio = |edge: Option<Stats>, f: &Floor| {
-            edge.map_or_else(|| "—".into(), |e| format!("{:.2}", e.p99 / f.seen.p99))
-        };
+        let p99 = |v: &Vec<f64>| stats(v.clone()).map(|s| s.p99);
+        let (open, close) = (p99(&l.both_open), p99(&l.both_close));
         println!();
         println!("## The write floor through the run");
         println!();
@@ -342,13 +345,13 @@ impl Report {
                 Some(f) => println!(
                     "| {when} | {:.0} | {} | {} |",
                     f.seen.p99,
-                    ratio(open, &f),
-                    ratio(close, &f)
+                    over(open, Some(f.seen.p99)),
+                    over(close, Some(f.seen.p99))
                 ),
                 None => println!("| {when} | not measured | — | — |"),
             }
         }
-        if let Some(cpu) = self.floor_between_cpu {
+        if let Some((_, cpu)) = self.floor_between {
             println!();
             println!(
                 "The manager's CPU time while the floor between the edges ran (from its first write until the watches saw the last): {cpu:.2} s; it wrote nothing (see \"between boundaries\" below)."

@@ -71,9 +71,29 @@ pub fn cache<K: Cached>(
     trim: fn(&mut K),
     triggers: Vec<Trigger<K>>,
 ) -> (Store<K>, BoxFuture<'static, ()>) {
+    cache_from::<K, K>(
+        client,
+        config,
+        move |mut k| {
+            trim(&mut k);
+            k
+        },
+        triggers,
+    )
+}
+
+/// A store of every `K` like [`cache`]'s, its objects decoded from the wire as `W` (a
+/// type that reads only the fields a controller keeps, skipping the rest unread) and
+/// turned into what is stored by `keep`.
+pub fn cache_from<W: Cached, K: Cached>(
+    client: Client,
+    config: watcher::Config,
+    keep: impl Fn(W) -> K + Send + 'static,
+    triggers: Vec<Trigger<K>>,
+) -> (Store<K>, BoxFuture<'static, ()>) {
     let (store, mut writer) = reflector::store::<K>();
     let kind = K::kind(&()).to_string();
-    let events = typed_events(Api::<Decoded<K>>::all(client), config, store.clone()).modify(trim);
+    let events = typed_events(Api::<Decoded<W>>::all(client), config, keep, store.clone());
     let reader = store.clone();
     let mut relist: Option<Relist<K>> = None;
     let drive = events
@@ -181,9 +201,10 @@ impl<K: Cached> Relist<K> {
 /// The watch of `api` as typed events for a store of `K` (read through `store`): objects
 /// that do not decode are recorded in [`invalid`] and left out, and a stored version of such
 /// an object is deleted from the store.
-fn typed_events<K: Cached>(
-    api: Api<Decoded<K>>,
+fn typed_events<W: Cached, K: Cached>(
+    api: Api<Decoded<W>>,
     config: watcher::Config,
+    keep: impl Fn(W) -> K + Send + 'static,
     store: Store<K>,
 ) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {
     watcher(api, config)
@@ -192,7 +213,7 @@ fn typed_events<K: Cached>(
             let typed = match event {
                 Ok(e) => {
                     invalid::observe(&e);
-                    typed_event(e, |meta| {
+                    typed_event(map_event(e, &keep), |meta| {
                         let mut r = ObjectRef::<K>::new(meta.name.as_deref().unwrap_or_default());
                         if let Some(ns) = &meta.namespace {
                             r = r.within(ns);
@@ -205,6 +226,25 @@ fn typed_events<K: Cached>(
             };
             futures::future::ready(typed)
         })
+}
+
+/// `event` with each object that decoded turned into `K` by `keep`.
+fn map_event<W, K>(
+    event: watcher::Event<Decoded<W>>,
+    keep: impl Fn(W) -> K,
+) -> watcher::Event<Decoded<K>> {
+    use watcher::Event::*;
+    let map = |d: Decoded<W>| match d {
+        Decoded::Valid(w) => Decoded::Valid(keep(w)),
+        Decoded::Invalid(u) => Decoded::Invalid(u),
+    };
+    match event {
+        Init => Init,
+        InitDone => InitDone,
+        InitApply(d) => InitApply(map(d)),
+        Apply(d) => Apply(map(d)),
+        Delete(d) => Delete(map(d)),
+    }
 }
 
 /// One event of a decoding watch as an event of the typed store: an object that does not
@@ -400,9 +440,13 @@ where
 /// where a controller needs them (scaling reads them on HPAs and ScaledObjects).
 pub fn strip_last_applied(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
     if let Some(a) = meta.annotations.as_mut() {
-        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+        a.remove(LAST_APPLIED);
     }
 }
+
+/// The annotation `kubectl apply` (client-side) leaves: a copy of the whole object as
+/// applied, which no controller reads.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 #[cfg(test)]
 mod tests {

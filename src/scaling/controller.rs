@@ -29,6 +29,7 @@ use super::commit::{self, CONTROLLER, CommitError, Writer};
 use super::decide::{self, TargetKey};
 use super::index::{Index, hpa_target, owner_uid, scaled_object_target};
 use super::load::{self, Stores, Template};
+use super::wire::WireDeployment;
 use crate::api::keda::ScaledObject;
 use crate::api::scaling::{ClusterScalingTemplate, ScalingTemplate, ScalingTemplateStatus};
 use crate::runtime::{
@@ -56,15 +57,6 @@ pub fn registered() -> Registered {
 
 fn watch_config() -> watcher::Config {
     watcher::Config::default().page_size(500)
-}
-
-fn trim_deployment(d: &mut Deployment) {
-    load::keep_replicas_owner(&mut d.metadata);
-    cache::strip_last_applied(&mut d.metadata);
-    if let Some(spec) = d.spec.as_mut() {
-        spec.template = Default::default();
-    }
-    d.status = None;
 }
 
 fn trim_hpa(h: &mut HorizontalPodAutoscaler) {
@@ -408,10 +400,11 @@ async fn caches(
             ]
         };
     }
-    let (deployments, dep_drive) = cache::cache::<Deployment>(
+    // Deployments are read off the wire as no more than the cache keeps of them.
+    let (deployments, dep_drive) = cache::cache_from::<WireDeployment, Deployment>(
         client.clone(),
         watch_config(),
-        trim_deployment,
+        Deployment::from,
         triggers!(index.deployments(), deployment_target),
     );
     let (hpas, hpa_drive) = cache::cache::<HorizontalPodAutoscaler>(

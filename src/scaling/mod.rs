@@ -15,3 +15,4 @@ pub mod load;
 pub mod schedule;
 pub mod suggest;
 pub mod window;
+pub mod wire;

@@ -57,6 +57,20 @@ impl From<WireDeployment> for Deployment {
     }
 }
 
+/// What the cache keeps of a Deployment decoded whole: what [`WireDeployment`] reads
+/// without decoding the rest, and what its tests and `cargo bench --bench watch_decode`
+/// hold it to.
+pub fn cut(mut d: Deployment) -> Deployment {
+    load::keep_replicas_owner(&mut d.metadata);
+    cache::strip_last_applied(&mut d.metadata);
+    d.spec = d.spec.map(|s| DeploymentSpec {
+        replicas: s.replicas,
+        ..DeploymentSpec::default()
+    });
+    d.status = None;
+    d
+}
+
 impl kube::Resource for WireDeployment {
     type DynamicType = ();
     type Scope = NamespaceResourceScope;
@@ -309,17 +323,10 @@ mod tests {
 
     /// What the cache keeps, by the long way: the whole object decoded, then cut down.
     fn decoded_then_cut(v: &Value) -> Deployment {
-        let Decoded::Valid(mut d) = decode::<Deployment>(v.clone()) else {
+        let Decoded::Valid(d) = decode::<Deployment>(v.clone()) else {
             panic!("does not decode");
         };
-        load::keep_replicas_owner(&mut d.metadata);
-        cache::strip_last_applied(&mut d.metadata);
-        d.spec = d.spec.map(|s| DeploymentSpec {
-            replicas: s.replicas,
-            ..DeploymentSpec::default()
-        });
-        d.status = None;
-        d
+        cut(d)
     }
 
     fn wire(v: &Value) -> Deployment {

@@ -30,17 +30,15 @@ use crate::runtime::cache;
 
 /// A Deployment's metadata (its `managedFields` cut to the entry that owns `spec.replicas`,
 /// without the last-applied annotation) and its `spec.replicas`.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct WireDeployment {
     #[serde(deserialize_with = "metadata")]
     metadata: ObjectMeta,
-    #[serde(default)]
     spec: Option<WireSpec>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 struct WireSpec {
-    #[serde(default)]
     replicas: Option<i32>,
 }
 
@@ -108,7 +106,6 @@ struct WireMeta {
     generate_name: Option<String>,
     generation: Option<i64>,
     labels: Option<BTreeMap<String, String>>,
-    #[serde(default)]
     managed_fields: Option<Vec<WireEntry>>,
     name: Option<String>,
     namespace: Option<String>,

@@ -10,7 +10,10 @@
 //! they began) are measured before the manager starts, after the window with the manager
 //! running and idle, and again with it stopped, so that a drift of the control plane over
 //! the run and the cost of the manager's presence both show; the manager's own
-//! `moonin_scaling_edge_delay_seconds` is printed beside. Numbers, not pass/fail.
+//! `moonin_scaling_edge_delay_seconds` is printed beside. For each floor and each edge the
+//! report also gives what the API server spent on it, where it runs on this machine: its
+//! process's CPU time and the garbage collections its `/metrics` counts. Numbers, not
+//! pass/fail.
 //!
 //! ```sh
 //! e2e/cluster up && eval "$(e2e/cluster env)"

@@ -18,7 +18,7 @@ use crate::{
     objects::{deployment, hpa, invalid_template, scaled_object, template},
     probes::{moonin_events, spec_floor, write_floor},
     report::{Floor, Floors, Leftovers, LogSummary, Report},
-    server::{ServerTimes, machine_note, rival_managers, server_times_async},
+    server::{ServerTimes, WorkMark, machine_note, rival_managers, server_times_async},
     shared::{
         harness::Manager,
         machine::builds,
@@ -188,9 +188,11 @@ async fn with_server_times<T>(run: impl Future<Output = T>) -> (T, (ServerTimes,
 /// The write floor (see [`write_floor`]) with its annotation's `value`, timed per target
 /// by the watches as the edges are (see [`Floor`]).
 async fn write_floor_seen(t: &Targets, names: &[String], value: &str) -> Option<Floor> {
+    let start = WorkMark::start().await;
     let began = Timestamp::now();
     let answered = write_floor(t, names, value).await?;
     let seen = until_seen(t, names, |s| floor_latencies(s, names, began, value)).await?;
+    let work = WorkMark::end().await.since(&start);
     let kinds = kind_stats(floor_kinds(
         &t.seen.lock().expect("seen"),
         names,
@@ -205,6 +207,7 @@ async fn write_floor_seen(t: &Targets, names: &[String], value: &str) -> Option<
         seen,
         answered,
         kinds,
+        work,
     })
 }
 
@@ -234,25 +237,35 @@ async fn until_seen(
 /// the watches from the instant it began (see [`Floor`]).
 async fn spec_floors(t: &Targets, names: &[String]) -> Option<(Floor, Floor)> {
     forget_edges(t);
+    let start = WorkMark::start().await;
     let began = Timestamp::now();
     let open = spec_floor(t, names, true).await;
     let open_seen = until_seen(t, names, |s| both_latencies(s, names, began, |e| e.open)).await;
+    let open_work = WorkMark::end().await.since(&start);
     let open_kinds = kinds(t, names, began, |e| e.open);
     settle(t, names, crate::ACTION_MIN).await;
+    let start = WorkMark::start().await;
     let began = Timestamp::now();
     let close = spec_floor(t, names, false).await;
     let close_seen = until_seen(t, names, |s| both_latencies(s, names, began, |e| e.close)).await;
+    let close_work = WorkMark::end().await.since(&start);
     let close_kinds = kinds(t, names, began, |e| e.close);
     settle(t, names, REPLICAS).await;
     forget_edges(t);
-    let floor = |seen: Option<Stats>, answered: Option<Stats>, kinds| {
+    let floor = |seen: Option<Stats>, answered: Option<Stats>, kinds, work| {
         seen.zip(answered).map(|(seen, answered)| Floor {
             seen,
             answered,
             kinds,
+            work,
         })
     };
-    let floors = floor(open_seen, open, open_kinds).zip(floor(close_seen, close, close_kinds));
+    let floors = floor(open_seen, open, open_kinds, open_work).zip(floor(
+        close_seen,
+        close,
+        close_kinds,
+        close_work,
+    ));
     if let Some((o, c)) = &floors {
         progress(&format!(
             "spec-write floor: open p99 {:.0} ms answered, {:.0} ms seen; close p99 {:.0} ms answered, {:.0} ms seen",

@@ -7,7 +7,7 @@ use jiff::Timestamp;
 
 use crate::{
     GOAL_MS, Params, SCRAPE_EVERY,
-    server::{CLOSED_ROWS, QUEUE_LEVEL, SERVER_ROWS, ServerTimes},
+    server::{CLOSED_ROWS, QUEUE_LEVEL, SERVER_ROWS, ServerTimes, Work},
     shared::{
         metrics::Counters as Scrape,
         process,
@@ -34,6 +34,9 @@ pub struct Boundary {
     pub server: (ServerTimes, ServerTimes),
     /// The manager's CPU time from 1 s before until settled, in seconds.
     pub cpu_secs: f64,
+    /// What the API server spent on it: its CPU from the edge until every target was
+    /// seen done, its garbage collections from 3 s before until then.
+    pub work: Work,
 }
 
 /// The manager from its start until every template was Idle.
@@ -102,6 +105,8 @@ pub struct Floor {
     pub answered: Stats,
     /// As `seen`, each kind's writes alone: the autoscalers', the Deployments'.
     pub kinds: (Option<Stats>, Option<Stats>),
+    /// What the API server spent on it.
+    pub work: Work,
 }
 
 /// The floors measured at one point of the run.
@@ -162,7 +167,7 @@ const WRITES_GOAL: f64 = 1.02;
 /// The goal for conflict retries, in % of an edge's writes.
 const CONFLICT_GOAL_PCT: f64 = 1.0;
 
-/// An edge's p99 ÷ a floor's, or `—` when either is missing.
+/// An edge's figure ÷ the same figure of a floor, or `—` when either is missing.
 fn over(edge: Option<f64>, floor: Option<f64>) -> String {
     edge.zip(floor)
         .map_or_else(|| "—".into(), |(e, f)| format!("{:.2}", e / f))
@@ -179,6 +184,7 @@ impl Report {
         self.print_edges(p);
         self.print_beside();
         self.print_drift();
+        self.print_work();
         self.print_latencies(p);
         self.print_kinds(p);
         self.print_positions(p);
@@ -356,6 +362,66 @@ impl Report {
             println!(
                 "The manager's CPU time while the floor between the edges ran (from its first write until the watches saw the last): {cpu:.2} s; it wrote nothing (see \"between boundaries\" below)."
             );
+        }
+    }
+
+    /// What the API server spent on each floor and each edge: the work behind their
+    /// latencies, which a garbage collection inside the interval adds to.
+    fn print_work(&self) {
+        let (open, close) = (&self.window.open, &self.window.close);
+        let spec = |pick: fn(&(Floor, Floor)) -> &Floor| self.floors.spec.as_ref().map(pick);
+        let rows: [(&str, Option<Work>); 8] = [
+            (
+                "write floor before the manager starts (the goal's floor)",
+                self.floors.write.map(|f| f.work),
+            ),
+            (
+                "spec-write floor, open, before the manager starts",
+                spec(|s| &s.0).map(|f| f.work),
+            ),
+            (
+                "spec-write floor, close, before the manager starts",
+                spec(|s| &s.1).map(|f| f.work),
+            ),
+            ("**the open edge (Moonin)**", Some(open.work)),
+            (
+                "write floor between the edges, the manager running",
+                self.floor_between.map(|f| f.0.work),
+            ),
+            ("**the close edge (Moonin)**", Some(close.work)),
+            (
+                "write floor after the close, the manager running and idle",
+                self.floors_beside.write.map(|f| f.work),
+            ),
+            (
+                "write floor after the close, the manager stopped",
+                self.floors_after.write.map(|f| f.work),
+            ),
+        ];
+        let goal = self.floors.write.and_then(|f| f.work.cpu_secs);
+        println!();
+        println!("## What the API server spent on each floor and each edge");
+        println!();
+        println!(
+            "Its CPU time (user + system of the kube-apiserver process) from the first write until the watches saw the last, and the garbage collections its Go runtime completed meanwhile (go_gc_duration_seconds_count; for an edge, from 3 s before it). Each interval writes 1,000 times; an edge's statuses and Events are mostly written after its last target."
+        );
+        println!();
+        println!("| interval | API server CPU s | ÷ the goal's floor | its garbage collections |");
+        println!("|---|---|---|---|");
+        for (what, work) in rows {
+            match work {
+                Some(Work {
+                    cpu_secs: Some(cpu),
+                    gc_cycles,
+                }) => println!(
+                    "| {what} | {cpu:.2} | {} | {gc_cycles:.0} |",
+                    over(Some(cpu), goal)
+                ),
+                Some(Work { gc_cycles, .. }) => {
+                    println!("| {what} | not on this machine | — | {gc_cycles:.0} |")
+                }
+                None => println!("| {what} | not measured | — | — |"),
+            }
         }
     }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::shared::{
     machine,
     metrics::label,
-    process::{ManagerProcess, moonin_managers},
+    process::{self, ManagerProcess, moonin_managers},
 };
 
 /// Other managers that reconcile scaling templates (and so would write to ours).
@@ -42,6 +42,10 @@ pub struct ServerTimes {
     /// to execute (sum, count) by priority level: the time they waited in its queues
     /// (API Priority and Fairness) before it began to serve them.
     pub queue_wait: BTreeMap<String, (f64, f64)>,
+    /// Its `go_gc_duration_seconds_count`: the garbage collections its Go runtime has
+    /// completed. A collection of its heap (hundreds of MiB once the objects are cached)
+    /// takes a quarter of its cores for the marking and slows every request meanwhile.
+    pub gc_cycles: f64,
 }
 
 /// The resources whose closed watches are reported: those the manager and this benchmark
@@ -61,7 +65,9 @@ fn server_times() -> ServerTimes {
         return out;
     };
     for line in String::from_utf8_lossy(&o.stdout).lines() {
-        if let Some(rest) = line.strip_prefix("apiserver_terminated_watchers_total{") {
+        if let Some(n) = line.strip_prefix("go_gc_duration_seconds_count ") {
+            out.gc_cycles = n.trim().parse().unwrap_or(0.0);
+        } else if let Some(rest) = line.strip_prefix("apiserver_terminated_watchers_total{") {
             let n = rest.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
             *out.closed_watches
                 .entry(label(rest, "resource").to_string())
@@ -112,6 +118,70 @@ pub async fn server_times_async() -> ServerTimes {
     tokio::task::spawn_blocking(server_times)
         .await
         .unwrap_or_default()
+}
+
+/// The CPU time (user + system) of the `kube-apiserver` process on this machine so far,
+/// if it runs here (the local control plane's does).
+pub fn server_cpu() -> Option<f64> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    let pid = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim_end() == "kube-apiserver")
+        })?;
+    Some(process::usage(pid).cpu_secs)
+}
+
+/// What the API server spent on one interval of the run: the CPU time of its process and
+/// the garbage collections it completed meanwhile.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Work {
+    /// Its CPU time from the interval's first write until every write was seen (`None`
+    /// when it does not run on this machine).
+    pub cpu_secs: Option<f64>,
+    /// Its garbage collections completed from just before to just after the interval.
+    pub gc_cycles: f64,
+}
+
+/// The API server's CPU time and garbage collections at one instant. Its `/metrics` is
+/// read before its CPU at an interval's start and after it at the end, so that rendering
+/// them is not counted.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkMark {
+    /// Its garbage collections completed so far.
+    pub gc_cycles: f64,
+    /// Its CPU time so far (`None` when it does not run on this machine).
+    pub cpu_secs: Option<f64>,
+}
+
+impl WorkMark {
+    /// A mark at an interval's start.
+    pub async fn start() -> Self {
+        let gc_cycles = server_times_async().await.gc_cycles;
+        WorkMark {
+            gc_cycles,
+            cpu_secs: server_cpu(),
+        }
+    }
+
+    /// A mark at an interval's end.
+    pub async fn end() -> Self {
+        let cpu_secs = server_cpu();
+        WorkMark {
+            gc_cycles: server_times_async().await.gc_cycles,
+            cpu_secs,
+        }
+    }
+
+    /// What the API server spent from `start` to this mark.
+    pub fn since(&self, start: &WorkMark) -> Work {
+        Work {
+            cpu_secs: self.cpu_secs.zip(start.cpu_secs).map(|(a, b)| a - b),
+            gc_cycles: self.gc_cycles - start.gc_cycles,
+        }
+    }
 }
 
 /// The priority level whose queue waits are reported: the manager's and the floors' (its

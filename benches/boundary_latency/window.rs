@@ -15,7 +15,7 @@ use crate::{
     Params, QUIET, SCRAPE_EVERY,
     probes::patch_round_trip,
     report::{Boundary, Startup, Window, count},
-    server::{machine_note, server_times_async},
+    server::{Work, WorkMark, machine_note, server_cpu, server_times_async},
     shared::{
         harness::Manager,
         manager::{ManagerSeat, wait_until_leading},
@@ -220,8 +220,24 @@ impl Edge<'_> {
         let usage = process::usage(self.pid);
         machine.push((format!("1 s before {what}"), machine_note(self.identity)));
         let deadline = Instant::now() + Duration::from_secs(secs);
-        let mut b = boundary(self.addr, self.seen, before, deadline, done).await;
+        // The API server's CPU at the edge instant, read by a task of its own so that the
+        // boundary's first scrape is not held back.
+        let at_edge = tokio::spawn(async move {
+            sleep_until(at).await;
+            server_cpu()
+        });
+        let (mut b, done_at) = boundary(self.addr, self.seen, before, deadline, done).await;
         b.server = (server_before, server_times_async().await);
+        let start = WorkMark {
+            gc_cycles: b.server.0.gc_cycles,
+            cpu_secs: at_edge.await.ok().flatten(),
+        };
+        // An edge never done is counted until its deadline, without its CPU.
+        let end = done_at.unwrap_or(WorkMark {
+            gc_cycles: b.server.1.gc_cycles,
+            cpu_secs: None,
+        });
+        b.work = end.since(&start);
         b.cpu_secs = process::usage(self.pid).cpu_secs - usage.cpu_secs;
         progress(&format!(
             "{what} boundary settled ({} writes)",
@@ -246,11 +262,14 @@ async fn boundary(
     before: Scrape,
     deadline: Instant,
     done: impl Fn(&Seen) -> bool,
-) -> Boundary {
+) -> (Boundary, Option<WorkMark>) {
     let changes_before = seen.lock().expect("seen").template_changes;
     let mut last = before.clone();
     let mut last_write = None;
     let mut moved = Instant::now();
+    // The API server's CPU time and garbage collections when every target was first seen
+    // done.
+    let mut done_at = None;
     loop {
         tokio::time::sleep(SCRAPE_EVERY).await;
         if let Some(s) = scrape(addr).await {
@@ -264,8 +283,11 @@ async fn boundary(
             let s = seen.lock().expect("seen");
             (done(&s), s.template_changes - changes_before)
         };
+        if complete && done_at.is_none() {
+            done_at = Some(WorkMark::end().await);
+        }
         if (complete && moved.elapsed() >= QUIET) || Instant::now() >= deadline {
-            return Boundary {
+            let b = Boundary {
                 before,
                 settled: last,
                 last_write,
@@ -273,7 +295,9 @@ async fn boundary(
                 template_changes: changes,
                 server: Default::default(),
                 cpu_secs: 0.0,
+                work: Work::default(),
             };
+            return (b, done_at);
         }
     }
 }

@@ -184,7 +184,7 @@ impl Report {
         self.print_edges(p);
         self.print_beside();
         self.print_drift();
-        self.print_work();
+        self.print_work(p);
         self.print_latencies(p);
         self.print_kinds(p);
         self.print_positions(p);
@@ -367,7 +367,7 @@ impl Report {
 
     /// What the API server spent on each floor and each edge: the work behind their
     /// latencies, which a garbage collection inside the interval adds to.
-    fn print_work(&self) {
+    fn print_work(&self, p: &Params) {
         let (open, close) = (&self.window.open, &self.window.close);
         let spec = |pick: fn(&(Floor, Floor)) -> &Floor| self.floors.spec.as_ref().map(pick);
         let rows: [(&str, Option<Work>); 8] = [
@@ -403,7 +403,8 @@ impl Report {
         println!("## What the API server spent on each floor and each edge");
         println!();
         println!(
-            "Its CPU time (user + system of the kube-apiserver process) from the first write until the watches saw the last, and the garbage collections its Go runtime completed meanwhile (go_gc_duration_seconds_count; for an edge, from 3 s before it). Each interval writes 1,000 times; an edge's statuses and Events are mostly written after its last target."
+            "Its CPU time (user + system of the kube-apiserver process) from the first write until the watches saw the last, and the garbage collections its Go runtime completed meanwhile (go_gc_duration_seconds_count; for an edge, from 3 s before it). Each interval writes {} times to the targets; an edge's statuses and Events wait until no target write does.",
+            2 * p.targets()
         );
         println!();
         println!("| interval | API server CPU s | ÷ the goal's floor | its garbage collections |");

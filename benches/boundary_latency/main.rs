@@ -8,8 +8,10 @@
 //! counts its writes; `/proc/<pid>/status` and `stat` give its memory and CPU time. The
 //! floors (the same writes sent by this process, timed by the same watches from the instant
 //! they began) are measured before the manager starts, after the window with the manager
-//! running and idle, and again with it stopped, so that a drift of the control plane over
-//! the run and the cost of the manager's presence both show; the manager's own
+//! running and idle, and again with it stopped; the write floor then once more in the other
+//! order (stopped, then the manager started again), so that a drift of the control plane
+//! over the run and the cost of the manager's presence both show and are not mistaken for
+//! each other; the manager's own
 //! `moonin_scaling_edge_delay_seconds` is printed beside. For each floor and each edge the
 //! report also gives what the API server spent on it, where it runs on this machine: its
 //! process's CPU time and the garbage collections its `/metrics` counts. Numbers, not

@@ -17,7 +17,7 @@ use crate::{
     CREATE_CONCURRENCY, Carrier, HPA_MAX, HPA_MIN, POLL, Params, REPLICAS,
     objects::{deployment, hpa, invalid_template, scaled_object, template},
     probes::{moonin_events, spec_floor, write_floor},
-    report::{Floor, Floors, Leftovers, LogSummary, Report},
+    report::{Floor, Floors, Leftovers, LogSummary, Presence, Report},
     server::{ServerTimes, WorkMark, machine_note, rival_managers, server_times_async},
     shared::{
         harness::Manager,
@@ -33,7 +33,7 @@ use crate::{
     },
     targets::Targets,
     watch::{Latencies, Seen, both_latencies, floor_kinds, floor_latencies, latencies},
-    window::{run_window, start_manager},
+    window::{restart_manager, run_window, start_manager},
 };
 
 /// Measures one window of `p`'s templates with a manager running as `seat`; the manager
@@ -143,6 +143,10 @@ pub async fn measure(
         Carrier::Hpa => spec_floors(&as_manager, &names).await,
         Carrier::ScaledObject => None,
     };
+    // 8. The write floor once more in the other order, the manager still stopped and then
+    // started again and idle: with the pair above, each condition is sent once early and
+    // once late, so that a drift of the control plane does not pass for the manager's cost.
+    let presence = presence_reversed(p, seat, &t, &as_manager, &names, manager_slot).await;
     Ok(Report {
         open,
         close,
@@ -159,12 +163,47 @@ pub async fn measure(
         },
         floors_beside,
         writes_beside,
+        presence,
         startup,
         window,
         left,
         log,
         events,
         refused,
+    })
+}
+
+/// The write floor with the manager stopped, then with it started again and idle (see
+/// [`Presence`]); `None` when the manager does not start again.
+async fn presence_reversed(
+    p: &Params,
+    seat: &ManagerSeat,
+    t: &Targets,
+    as_manager: &Targets,
+    names: &[String],
+    manager_slot: &mut Option<Manager>,
+) -> Option<Presence> {
+    wait_for_quiet_machine(p, &seat.identity).await;
+    let stopped = write_floor_seen(as_manager, names, "stopped-again").await;
+    let (addr, before) = match restart_manager(p, seat, t, manager_slot).await {
+        Ok(started) => started,
+        Err(e) => {
+            progress(&format!("the manager did not start again: {e}"));
+            return None;
+        }
+    };
+    wait_for_quiet_machine(p, &seat.identity).await;
+    let running = write_floor_seen(as_manager, names, "running-again").await;
+    let writes = scrape(addr)
+        .await
+        .map(|after| after.minus(&before).writes_total());
+    if let Some(m) = manager_slot.as_mut() {
+        m.terminate(Duration::from_secs(30)).await;
+    }
+    Some(Presence {
+        stopped,
+        running,
+        writes,
     })
 }
 

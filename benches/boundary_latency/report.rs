@@ -120,6 +120,18 @@ pub struct Floors {
     pub spec: Option<(Floor, Floor)>,
 }
 
+/// The write floor sent once more after the floors with the manager stopped: still
+/// stopped, then with the manager started again and idle. With `floors_beside` (running)
+/// and `floors_after` (stopped) before them, each condition comes once early and once late.
+#[derive(Clone, Copy)]
+pub struct Presence {
+    pub stopped: Option<Floor>,
+    pub running: Option<Floor>,
+    /// The manager's writes while `running` ran, its startup's left out (it should have
+    /// sent none).
+    pub writes: Option<f64>,
+}
+
 /// Everything one run measured.
 pub struct Report {
     /// The window's start.
@@ -145,6 +157,8 @@ pub struct Report {
     pub floors_beside: Floors,
     /// The manager's writes while `floors_beside` ran (it should have sent none).
     pub writes_beside: Option<f64>,
+    /// The write floor sent again after `floors_after`, in the other order.
+    pub presence: Option<Presence>,
     /// The manager until the window.
     pub startup: Startup,
     /// The window's edges.
@@ -279,8 +293,16 @@ impl Report {
         let (beside, stopped) = (&self.floors_beside, &self.floors_after);
         let pair =
             |b: Option<Floor>, s: Option<Floor>| b.zip(s).map(|(b, s)| (b.seen.p99, s.seen.p99));
+        let again = self.presence.and_then(|pr| pair(pr.running, pr.stopped));
         let rows = [
-            ("write floor", pair(beside.write, stopped.write)),
+            (
+                "write floor (the manager running, then stopped)",
+                pair(beside.write, stopped.write),
+            ),
+            (
+                "write floor again (the manager stopped, then started again)",
+                again,
+            ),
             (
                 "spec-write floor, open",
                 pair(beside.spec.map(|f| f.0), stopped.spec.map(|f| f.0)),
@@ -296,13 +318,14 @@ impl Report {
         println!();
         println!("## The floors beside the idle manager (after the window, every window closed)");
         println!();
-        println!("| floor | p99 ms, manager running | p99 ms, manager stopped just after | ÷ |");
+        println!("| floor | p99 ms, manager running | p99 ms, manager stopped | ÷ |");
         println!("|---|---|---|---|");
         for (what, row) in rows {
             if let Some((b, s)) = row {
                 println!("| {what} | {b:.0} | {s:.0} | {:.2} |", b / s);
             }
         }
+        self.print_presence(beside.write.zip(stopped.write));
         let l = &self.latencies;
         let edge = |values: &Vec<f64>, f: Option<Floor>| {
             over(stats(values.clone()).map(|m| m.p99), f.map(|f| f.seen.p99))
@@ -314,6 +337,29 @@ impl Report {
             edge(&l.both_close, beside.spec.map(|f| f.1)),
             self.writes_beside
                 // + 0.0: an empty float sum is -0.
+                .map_or_else(|| "not scraped".into(), |w| format!("{:.0}", w + 0.0))
+        );
+    }
+
+    /// The write floor with the manager running against it stopped, both orders together
+    /// (`first`: running, then stopped), in p99 and in the API server's CPU time.
+    fn print_presence(&self, first: Option<(Floor, Floor)>) {
+        let Some((pr, (running, stopped))) = self.presence.zip(first) else {
+            return;
+        };
+        let Some((running_again, stopped_again)) = pr.running.zip(pr.stopped) else {
+            return;
+        };
+        let ratio = |of: fn(&Floor) -> Option<f64>| {
+            let sum = |a: &Floor, b: &Floor| of(a).zip(of(b)).map(|(a, b)| a + b);
+            over(sum(&running, &running_again), sum(&stopped, &stopped_again))
+        };
+        println!();
+        println!(
+            "Both orders together, the write floor with the manager running ÷ with it stopped: p99 {}, the API server's CPU time {}. The manager's writes while it ran again: {}.",
+            ratio(|f| Some(f.seen.p99)),
+            ratio(|f| f.work.cpu_secs),
+            pr.writes
                 .map_or_else(|| "not scraped".into(), |w| format!("{:.0}", w + 0.0))
         );
     }
@@ -336,6 +382,14 @@ impl Report {
             (
                 "after the close, the manager stopped",
                 self.floors_after.write,
+            ),
+            (
+                "again, the manager still stopped",
+                self.presence.and_then(|p| p.stopped),
+            ),
+            (
+                "again, the manager started again and idle",
+                self.presence.and_then(|p| p.running),
             ),
         ];
         let l = &self.latencies;
@@ -370,7 +424,10 @@ impl Report {
     fn print_work(&self, p: &Params) {
         let (open, close) = (&self.window.open, &self.window.close);
         let spec = |pick: fn(&(Floor, Floor)) -> &Floor| self.floors.spec.as_ref().map(pick);
-        let rows: [(&str, Option<Work>); 8] = [
+        let again = |pick: fn(&Presence) -> Option<Floor>| {
+            self.presence.as_ref().and_then(pick).map(|f| f.work)
+        };
+        let rows: [(&str, Option<Work>); 10] = [
             (
                 "write floor before the manager starts (the goal's floor)",
                 self.floors.write.map(|f| f.work),
@@ -397,13 +454,21 @@ impl Report {
                 "write floor after the close, the manager stopped",
                 self.floors_after.write.map(|f| f.work),
             ),
+            (
+                "write floor again, the manager still stopped",
+                again(|p| p.stopped),
+            ),
+            (
+                "write floor again, the manager started again and idle",
+                again(|p| p.running),
+            ),
         ];
         let goal = self.floors.write.and_then(|f| f.work.cpu_secs);
         println!();
         println!("## What the API server spent on each floor and each edge");
         println!();
         println!(
-            "Its CPU time (user + system of the kube-apiserver process) from the first write until the watches saw the last, and the garbage collections its Go runtime completed meanwhile (go_gc_duration_seconds_count; for an edge, from 3 s before it). Each interval writes {} times to the targets; an edge's statuses and Events wait until no target write does.",
+            "Its CPU time (user + system of the kube-apiserver process) from the first write until the watches saw the last, and the garbage collections its Go runtime completed meanwhile (go_gc_duration_seconds_count; for an edge, from 3 s before it). Each interval writes {} times to the targets; an edge's statuses and Events wait until every target write is answered.",
             2 * p.targets()
         );
         println!();

@@ -90,9 +90,25 @@ pub async fn start_manager(
     })
 }
 
+/// Starts the manager again once every window has closed, and waits until it leads and
+/// its templates are reconciled and Idle; returns its address and its counters then.
+pub async fn restart_manager(
+    p: &Params,
+    seat: &ManagerSeat,
+    t: &Targets,
+    slot: &mut Option<Manager>,
+) -> Result<(SocketAddr, Scrape), String> {
+    let manager = seat.start("scaling", &[]).await;
+    let addr = manager.addr;
+    *slot = Some(manager);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    wait_until_leading(addr, deadline).await?;
+    Ok((addr, templates_idle(addr, t, p, deadline).await?))
+}
+
 /// Waits until every template carries the finalizer and is Idle (every one it must refuse
 /// says so) and the manager's write counter stood still for [`QUIET`]; the counters then.
-async fn templates_idle(
+pub async fn templates_idle(
     addr: SocketAddr,
     t: &Targets,
     p: &Params,

@@ -33,7 +33,7 @@ use crate::{
     },
     targets::Targets,
     watch::{Latencies, Seen, both_latencies, floor_kinds, floor_latencies, latencies},
-    window::{restart_manager, run_window, start_manager},
+    window::{launch_manager, run_window, start_manager},
 };
 
 /// Measures one window of `p`'s templates with a manager running as `seat`; the manager
@@ -185,7 +185,8 @@ async fn presence_reversed(
 ) -> Option<Presence> {
     wait_for_quiet_machine(p, &seat.identity).await;
     let stopped = write_floor_seen(as_manager, names, "stopped-again").await;
-    let (addr, before) = match restart_manager(p, seat, t, manager_slot).await {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (addr, before) = match launch_manager(p, seat, t, manager_slot, deadline).await {
         Ok(started) => started,
         Err(e) => {
             progress(&format!("the manager did not start again: {e}"));

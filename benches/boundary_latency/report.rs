@@ -192,6 +192,11 @@ pub fn count(v: f64) -> i64 {
     v.round() as i64
 }
 
+/// The manager's writes over a stretch of the run, or that its counters were not scraped.
+fn writes(v: Option<f64>) -> String {
+    v.map_or_else(|| "not scraped".into(), |w| count(w).to_string())
+}
+
 impl Report {
     /// Prints the report (Markdown) on stdout.
     pub fn print(&self, p: &Params) {
@@ -325,7 +330,7 @@ impl Report {
                 println!("| {what} | {b:.0} | {s:.0} | {:.2} |", b / s);
             }
         }
-        self.print_presence(beside.write.zip(stopped.write));
+        self.print_presence();
         let l = &self.latencies;
         let edge = |values: &Vec<f64>, f: Option<Floor>| {
             over(stats(values.clone()).map(|m| m.p99), f.map(|f| f.seen.p99))
@@ -335,15 +340,15 @@ impl Report {
             "Edges ÷ the spec-write floor beside the manager: open {}, close {}. The manager's writes while these floors ran: {}.",
             edge(&l.both_open, beside.spec.map(|f| f.0)),
             edge(&l.both_close, beside.spec.map(|f| f.1)),
-            self.writes_beside
-                // + 0.0: an empty float sum is -0.
-                .map_or_else(|| "not scraped".into(), |w| format!("{:.0}", w + 0.0))
+            writes(self.writes_beside)
         );
     }
 
     /// The write floor with the manager running against it stopped, both orders together
-    /// (`first`: running, then stopped), in p99 and in the API server's CPU time.
-    fn print_presence(&self, first: Option<(Floor, Floor)>) {
+    /// (first running, then stopped; then the other way), in p99 and in the API server's CPU
+    /// time.
+    fn print_presence(&self) {
+        let first = self.floors_beside.write.zip(self.floors_after.write);
         let Some((pr, (running, stopped))) = self.presence.zip(first) else {
             return;
         };
@@ -359,8 +364,7 @@ impl Report {
             "Both orders together, the write floor with the manager running ÷ with it stopped: p99 {}, the API server's CPU time {}. The manager's writes while it ran again: {}.",
             ratio(|f| Some(f.seen.p99)),
             ratio(|f| f.work.cpu_secs),
-            pr.writes
-                .map_or_else(|| "not scraped".into(), |w| format!("{:.0}", w + 0.0))
+            writes(pr.writes)
         );
     }
 

@@ -39,22 +39,14 @@ pub async fn start_manager(
     slot: &mut Option<Manager>,
 ) -> Result<Startup, String> {
     let launched = Instant::now();
-    let manager = seat.start("scaling", &[]).await;
-    let addr = manager.addr;
-    let log_path = manager.log.display().to_string();
-    let pid = process::pid_of(&seat.identity)?;
-    *slot = Some(manager);
     let setup_deadline = Instant::now()
         + Duration::try_from(open.duration_since(Timestamp::now()) - SignedDuration::from_secs(3))
             .unwrap_or_default();
-    wait_until_leading(addr, setup_deadline)
+    let (addr, writes) = launch_manager(p, seat, t, slot, setup_deadline)
         .await
         .map_err(|e| format!("{e} before the window (raise MOONIN_BENCH_SETUP_SECS)"))?;
-    progress(&format!(
-        "manager pid {pid} ready and leading after {:.1} s",
-        launched.elapsed().as_secs_f64()
-    ));
-    let writes = templates_idle(addr, t, p, setup_deadline).await?;
+    let log_path = slot.as_ref().map(|m| m.log.display().to_string());
+    let pid = process::pid_of(&seat.identity)?;
     let secs = launched.elapsed().as_secs_f64() - QUIET.as_secs_f64();
     let duplicate_finalizers = t
         .templates
@@ -75,14 +67,15 @@ pub async fn start_manager(
         .unwrap_or(0);
     let round_trip = patch_round_trip(client, &seat.namespace).await;
     progress(&format!(
-        "templates Idle; {} startup writes; {:.0} s until the window opens",
+        "manager pid {pid} leading, its templates Idle after {secs:.1} s; {} startup writes; \
+         {:.0} s until the window opens",
         count(writes.writes_total()),
         open.duration_since(Timestamp::now()).as_secs_f64()
     ));
     Ok(Startup {
         addr,
         pid,
-        log_path,
+        log_path: log_path.unwrap_or_default(),
         writes,
         secs,
         duplicate_finalizers,
@@ -90,25 +83,25 @@ pub async fn start_manager(
     })
 }
 
-/// Starts the manager again once every window has closed, and waits until it leads and
-/// its templates are reconciled and Idle; returns its address and its counters then.
-pub async fn restart_manager(
+/// Starts the manager as `seat` (into `slot`) and waits, until `deadline`, until it leads
+/// and has made every template Idle; returns its address and its counters then.
+pub async fn launch_manager(
     p: &Params,
     seat: &ManagerSeat,
     t: &Targets,
     slot: &mut Option<Manager>,
+    deadline: Instant,
 ) -> Result<(SocketAddr, Scrape), String> {
     let manager = seat.start("scaling", &[]).await;
     let addr = manager.addr;
     *slot = Some(manager);
-    let deadline = Instant::now() + Duration::from_secs(60);
     wait_until_leading(addr, deadline).await?;
     Ok((addr, templates_idle(addr, t, p, deadline).await?))
 }
 
 /// Waits until every template carries the finalizer and is Idle (every one it must refuse
 /// says so) and the manager's write counter stood still for [`QUIET`]; the counters then.
-pub async fn templates_idle(
+async fn templates_idle(
     addr: SocketAddr,
     t: &Targets,
     p: &Params,
@@ -154,9 +147,7 @@ pub async fn templates_idle(
         }
         if Instant::now() >= deadline {
             return Err(
-                "timed out waiting for every template to be Idle and the manager quiet \
-                 before the window (raise MOONIN_BENCH_SETUP_SECS)"
-                    .into(),
+                "timed out waiting for every template to be Idle and the manager quiet".into(),
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    FieldsV1, ManagedFieldsEntry, ObjectMeta, Time,
+};
 use kube::{
     ResourceExt,
     runtime::reflector::{ObjectRef, Store},
@@ -248,6 +250,57 @@ pub fn replicas_set_by(meta: &ObjectMeta) -> Option<(String, Timestamp)> {
     Some((m.manager.clone()?, m.time.as_ref()?.0))
 }
 
+/// Trims cached metadata's annotations to those a decision reads ([`GUARDED_ANNOTATIONS`]:
+/// every other one, `kubectl`'s last-applied copy of the object among them, is dropped),
+/// keeping whether there are annotations at all ([`Marks::has_annotations`]). Another
+/// tool's annotation then leaves the cached object as it was, and wakes no template.
+pub fn keep_guarded_annotations(meta: &mut ObjectMeta) {
+    if let Some(a) = meta.annotations.as_mut() {
+        a.retain(|k, _| GUARDED_ANNOTATIONS.contains(&k.as_str()));
+    }
+}
+
+/// Trims a cached autoscaler's metadata to what a decision reads of it, so that a write
+/// that changes nothing else (an annotation of another tool, a spec field beside the bounds,
+/// the HPA controller's next status) leaves the cached object as it was and wakes no
+/// template: the guarded annotations ([`keep_guarded_annotations`]); of `managedFields` the
+/// entries that own one of its bounds, cut to the bounds they own ([`spec_managers`],
+/// [`last_writes`]), and Moonin's own ([`moonin_wrote`]); for an HPA, its status writes
+/// without their field sets and no later than a second after the last write of the bounds
+/// (all [`status_after_spec`] reads is whether one came after it).
+pub fn keep_autoscaler_reads(meta: &mut ObjectMeta, kind: AutoscalerKind) {
+    keep_guarded_annotations(meta);
+    let Some(entries) = meta.managed_fields.take() else {
+        return;
+    };
+    let (status, spec): (Vec<_>, Vec<_>) = entries.into_iter().partition(is_status);
+    let bounds = [kind.min_field(), kind.max_field()];
+    let cut = |mut e: ManagedFieldsEntry| {
+        let owned: serde_json::Map<String, serde_json::Value> = bounds
+            .iter()
+            .filter(|f| field_manager::owns_spec(&e, f))
+            .map(|f| (format!("f:{f}"), serde_json::json!({})))
+            .collect();
+        if owned.is_empty() && e.manager.as_deref() != Some(field_manager::SCALING) {
+            return None;
+        }
+        e.fields_v1 = (!owned.is_empty()).then(|| FieldsV1(serde_json::json!({"f:spec": owned})));
+        Some(e)
+    };
+    meta.managed_fields = Some(spec.into_iter().filter_map(cut).collect());
+    if kind == AutoscalerKind::Hpa
+        && let Some(written) = last_writes(meta).0
+        && let Ok(cap) = written.checked_add(SignedDuration::from_secs(1))
+    {
+        let capped = status.into_iter().map(|e| ManagedFieldsEntry {
+            fields_v1: None,
+            time: e.time.map(|t| Time(t.0.min(cap))),
+            ..e
+        });
+        meta.managed_fields.get_or_insert_default().extend(capped);
+    }
+}
+
 /// Trims a cached Deployment's `managedFields` to the entry that owns `spec.replicas`
 /// (all [`replicas_set_by`] reads), itself trimmed to that field.
 pub fn keep_replicas_owner(meta: &mut ObjectMeta) {
@@ -274,14 +327,22 @@ pub fn status_after_spec(meta: &ObjectMeta) -> bool {
     }
 }
 
-/// The time of the last write to the object outside its status, and of the last write to its
-/// status, from `managedFields` (whole seconds).
+/// The time of the last write of an HPA's bounds (by a field manager that owns
+/// `minReplicas` or `maxReplicas`), and of the last write to its status, from
+/// `managedFields` (whole seconds).
 pub fn last_writes(meta: &ObjectMeta) -> (Option<Timestamp>, Option<Timestamp>) {
-    let status = |m: &ManagedFieldsEntry| m.subresource.as_deref() == Some("status");
-    (
-        latest_write(meta, |m| !status(m)),
-        latest_write(meta, status),
-    )
+    let kind = AutoscalerKind::Hpa;
+    let bounds = |m: &ManagedFieldsEntry| {
+        !is_status(m)
+            && [kind.min_field(), kind.max_field()]
+                .iter()
+                .any(|f| field_manager::owns_spec(m, f))
+    };
+    (latest_write(meta, bounds), latest_write(meta, is_status))
+}
+
+fn is_status(m: &ManagedFieldsEntry) -> bool {
+    m.subresource.as_deref() == Some("status")
 }
 
 fn autoscaler_from(
@@ -557,6 +618,18 @@ mod tests {
         entries(vec![entry(manager, None, at)])
     }
 
+    /// An entry of `manager` that owns `fields` under the spec.
+    fn owning(manager: &str, at: &str, fields: &[&str]) -> ManagedFieldsEntry {
+        let spec: serde_json::Map<String, serde_json::Value> = fields
+            .iter()
+            .map(|f| (format!("f:{f}"), serde_json::json!({})))
+            .collect();
+        ManagedFieldsEntry {
+            fields_v1: Some(FieldsV1(serde_json::json!({"f:spec": spec}))),
+            ..entry(manager, None, at)
+        }
+    }
+
     fn entry(manager: &str, subresource: Option<&str>, at: &str) -> ManagedFieldsEntry {
         ManagedFieldsEntry {
             manager: Some(manager.into()),
@@ -578,7 +651,7 @@ mod tests {
     #[test]
     fn a_status_written_after_the_spec_is_the_controllers_observation() {
         let kcm = "kube-controller-manager";
-        let spec = |at| entry(field_manager::SCALING, None, at);
+        let spec = |at| owning(field_manager::SCALING, at, &["minReplicas"]);
         let status = |at| entry(kcm, Some("status"), at);
         let after = entries(vec![
             spec("2026-11-30T10:00:10Z"),
@@ -597,14 +670,28 @@ mod tests {
         assert!(!status_after_spec(&before));
         let never = entries(vec![spec("2026-11-30T10:00:10Z")]);
         assert!(!status_after_spec(&never));
-        let other_writer_later = entries(vec![
+        let bounds_later = entries(vec![
+            spec("2026-11-30T10:00:10Z"),
+            status("2026-11-30T10:00:11Z"),
+            owning(
+                "argocd-controller",
+                "2026-11-30T10:00:12Z",
+                &["maxReplicas"],
+            ),
+        ]);
+        assert!(
+            !status_after_spec(&bounds_later),
+            "another manager wrote a bound since"
+        );
+        let label_later = entries(vec![
             spec("2026-11-30T10:00:10Z"),
             status("2026-11-30T10:00:11Z"),
             entry("kubectl-label", None, "2026-11-30T10:00:12Z"),
+            owning("kubectl-edit", "2026-11-30T10:00:12Z", &["metrics"]),
         ]);
         assert!(
-            !status_after_spec(&other_writer_later),
-            "any later write may have been the bounds"
+            status_after_spec(&label_later),
+            "writes of no bound are not waited for"
         );
         assert!(
             status_after_spec(&ObjectMeta::default()),
@@ -629,7 +716,12 @@ mod tests {
     fn a_restore_waits_for_the_controller_as_long_as_it_is_sure_to_say_so() {
         let at = |t: &str| t.parse::<Timestamp>().expect("time");
         let wrote = "2026-11-30T10:00:00Z";
-        let restored = hpa(1, 3, written_by(field_manager::SCALING, wrote));
+        let bounds = ["minReplicas", "maxReplicas"];
+        let restored = hpa(
+            1,
+            3,
+            entries(vec![owning(field_manager::SCALING, wrote, &bounds)]),
+        );
         let written = moonin_wrote(&restored.metadata);
         assert_eq!(written, Some(at(wrote)));
         let now = at("2026-11-30T10:01:59Z");
@@ -658,6 +750,132 @@ mod tests {
             ));
         assert!(!hpa_lags(&seen, written, Some(4), now), "acted on");
         assert!(!hpa_lags(&restored, None, Some(4), now), "never written");
+    }
+
+    const KCM: &str = "kube-controller-manager";
+    const OBSERVED: &str = "2026-11-30T10:00:02Z";
+
+    /// An HPA's metadata as its watch sends it: created by kubectl, its minimum overridden
+    /// by Moonin at 10:00:00, its status last written by the HPA controller at `status`;
+    /// annotated with Moonin's applied `hash`, kubectl's last-applied copy and, if given,
+    /// another tool's `team`; then the `extra` entries.
+    fn hpa_meta(
+        hash: &str,
+        team: Option<&str>,
+        status: &str,
+        mut extra: Vec<ManagedFieldsEntry>,
+    ) -> ObjectMeta {
+        let mut m = entries(vec![
+            owning(
+                "kubectl-create",
+                "2026-11-30T09:00:00Z",
+                &["minReplicas", "maxReplicas", "metrics"],
+            ),
+            owning(
+                field_manager::SCALING,
+                "2026-11-30T10:00:00Z",
+                &["minReplicas"],
+            ),
+            entry(KCM, Some("status"), status),
+        ]);
+        m.managed_fields.get_or_insert_default().append(&mut extra);
+        let mut a = BTreeMap::from([
+            (keys::APPLIED_HASH.to_string(), hash.to_string()),
+            (
+                crate::runtime::cache::LAST_APPLIED.to_string(),
+                "{}".to_string(),
+            ),
+        ]);
+        if let Some(t) = team {
+            a.insert("example.com/team".to_string(), t.to_string());
+        }
+        m.annotations = Some(a);
+        m
+    }
+
+    fn kept(mut m: ObjectMeta, kind: AutoscalerKind) -> ObjectMeta {
+        keep_autoscaler_reads(&mut m, kind);
+        m
+    }
+
+    /// What the autoscaler caches keep reads as the whole object does.
+    #[test]
+    fn the_autoscaler_caches_keep_what_decisions_read() {
+        let base = hpa_meta("h1", Some("shop"), OBSERVED, vec![]);
+        let cut = kept(base.clone(), AutoscalerKind::Hpa);
+        assert_eq!(last_writes(&cut).0, last_writes(&base).0);
+        assert_eq!(moonin_wrote(&cut), moonin_wrote(&base));
+        let fields = ["minReplicas", "maxReplicas"];
+        assert_eq!(spec_managers(&cut, &fields), spec_managers(&base, &fields));
+        assert_eq!(
+            cut.annotations,
+            Some([(keys::APPLIED_HASH.to_string(), "h1".to_string())].into())
+        );
+        for status in [
+            "2026-11-30T09:59:00Z",
+            "2026-11-30T10:00:00Z",
+            "2026-11-30T10:00:01Z",
+            "2026-11-30T10:05:00Z",
+        ] {
+            let m = hpa_meta("h1", None, status, vec![]);
+            assert_eq!(
+                status_after_spec(&kept(m.clone(), AutoscalerKind::Hpa)),
+                status_after_spec(&m),
+                "status {status}"
+            );
+        }
+        // A ScaledObject keeps no status entry: nothing reads KEDA's status writes.
+        let so = kept(base.clone(), AutoscalerKind::ScaledObject);
+        assert!(so.managed_fields.iter().flatten().all(|e| !is_status(e)));
+        assert_eq!(moonin_wrote(&so), moonin_wrote(&base));
+    }
+
+    /// Another tool's write of an annotation or of a spec field beside the bounds, or a
+    /// status write of the HPA controller once it has acted on the bounds, leaves the cached
+    /// HPA as it was: only a write of a bound or a guarded annotation, Moonin's own, or the
+    /// status write that shows the controller acted changes it (and wakes the templates of
+    /// its Deployment).
+    #[test]
+    fn the_hpa_cache_changes_with_nothing_a_decision_does_not_read() {
+        let cut = kept(
+            hpa_meta("h1", Some("shop"), OBSERVED, vec![]),
+            AutoscalerKind::Hpa,
+        );
+        let later = "2026-11-30T10:05:00Z";
+        let unchanged = [
+            hpa_meta("h1", Some("cart"), OBSERVED, vec![]),
+            hpa_meta(
+                "h1",
+                None,
+                OBSERVED,
+                vec![entry("kubectl-annotate", None, later)],
+            ),
+            hpa_meta(
+                "h1",
+                Some("shop"),
+                OBSERVED,
+                vec![owning("kubectl-edit", later, &["metrics"])],
+            ),
+            // The controller writes its status again, already after the bounds.
+            hpa_meta("h1", Some("shop"), later, vec![]),
+        ];
+        for m in unchanged {
+            assert_eq!(kept(m.clone(), AutoscalerKind::Hpa), cut, "{m:?}");
+        }
+        let changed = [
+            hpa_meta("h2", Some("shop"), OBSERVED, vec![]),
+            hpa_meta(
+                "h1",
+                Some("shop"),
+                OBSERVED,
+                vec![owning("argocd-controller", later, &["maxReplicas"])],
+            ),
+            // Before its status write the controller had not acted on the bounds.
+            hpa_meta("h1", Some("shop"), "2026-11-30T09:59:00Z", vec![]),
+        ];
+        for m in changed {
+            assert_ne!(kept(m.clone(), AutoscalerKind::Hpa), cut, "{m:?}");
+        }
     }
 
     /// The last manager to set `spec.replicas` is read from the entries that own it, and the

@@ -1,14 +1,15 @@
 //! A Deployment as the scaling cache reads it off the wire: its metadata and
 //! `spec.replicas`, nothing else decoded.
 //!
-//! The cache keeps of a Deployment only what [`super::load`] reads: the metadata (marks,
-//! identity), `spec.replicas`, and of `managedFields` the entry that last set
+//! The cache keeps of a Deployment only what [`super::load`] reads: the metadata (identity,
+//! the annotations a decision reads; not the generation, which the API server moves with
+//! every annotation too), `spec.replicas`, and of `managedFields` the entry that last set
 //! `spec.replicas` ([`super::load::keep_replicas_owner`]). Every status write of the
 //! Deployment controller (several per Deployment at each window edge, as its Pods come and
 //! go) sends the whole object to the watch, Pod template, status and every field manager's
 //! field set included. [`WireDeployment`] skips all of that unread instead of building it
-//! and throwing it away: the Pod template, the status, the other spec fields, the
-//! `kubectl.kubernetes.io/last-applied-configuration` annotation, and of each
+//! and throwing it away: the Pod template, the status, the other spec fields, the other
+//! annotations (`kubectl.kubernetes.io/last-applied-configuration` among them), and of each
 //! `managedFields` entry's field set everything but whether it owns `spec.replicas`.
 
 use std::{borrow::Cow, collections::BTreeMap, fmt};
@@ -25,11 +26,11 @@ use serde::{
     de::{IgnoredAny, MapAccess, Visitor},
 };
 
+use super::decide::GUARDED_ANNOTATIONS;
 use super::load;
-use crate::runtime::cache;
 
 /// A Deployment's metadata (its `managedFields` cut to the entry that owns `spec.replicas`,
-/// without the last-applied annotation) and its `spec.replicas`.
+/// its annotations to those a decision reads) and its `spec.replicas`.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct WireDeployment {
     #[serde(deserialize_with = "metadata")]
@@ -60,7 +61,8 @@ impl From<WireDeployment> for Deployment {
 /// hold it to.
 pub fn cut(mut d: Deployment) -> Deployment {
     load::keep_replicas_owner(&mut d.metadata);
-    cache::strip_last_applied(&mut d.metadata);
+    load::keep_guarded_annotations(&mut d.metadata);
+    d.metadata.generation = None;
     d.spec = d.spec.map(|s| DeploymentSpec {
         replicas: s.replicas,
         ..DeploymentSpec::default()
@@ -93,7 +95,8 @@ impl kube::Resource for WireDeployment {
     }
 }
 
-/// Every field of `ObjectMeta`, two of them read their own way.
+/// The fields of `ObjectMeta` the cache keeps (all but the generation), two of them read
+/// their own way.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireMeta {
@@ -104,7 +107,6 @@ struct WireMeta {
     deletion_timestamp: Option<Time>,
     finalizers: Option<Vec<String>>,
     generate_name: Option<String>,
-    generation: Option<i64>,
     labels: Option<BTreeMap<String, String>>,
     managed_fields: Option<Vec<WireEntry>>,
     name: Option<String>,
@@ -155,7 +157,8 @@ fn metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
         deletion_timestamp: w.deletion_timestamp,
         finalizers: w.finalizers,
         generate_name: w.generate_name,
-        generation: w.generation,
+        // A Deployment's generation moves with its annotations too; no decision reads it.
+        generation: None,
         labels: w.labels,
         managed_fields: Some(owners),
         name: w.name,
@@ -169,8 +172,9 @@ fn metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     Ok(meta)
 }
 
-/// The annotations without the last-applied configuration (a copy of the whole object that
-/// `kubectl apply` leaves), whose text is skipped unread.
+/// The annotations a decision reads ([`load::keep_guarded_annotations`]), the others'
+/// values (the last-applied configuration, a copy of the whole object that `kubectl apply`
+/// leaves, among them) skipped unread.
 fn annotations<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<BTreeMap<String, String>>, D::Error> {
@@ -192,10 +196,10 @@ fn annotations<'de, D: Deserializer<'de>>(
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut out = BTreeMap::new();
             while let Some(key) = map.next_key::<String>()? {
-                if key == cache::LAST_APPLIED {
-                    map.next_value::<IgnoredAny>()?;
-                } else {
+                if GUARDED_ANNOTATIONS.contains(&key.as_str()) {
                     out.insert(key, map.next_value()?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
                 }
             }
             Ok(Some(out))
@@ -410,6 +414,11 @@ mod tests {
             let v = deployment(managed.clone());
             assert_eq!(wire(&v), decoded_then_cut(&v), "managedFields {managed}");
         }
+        // Of the annotations, only the one a decision reads: another tool's annotation
+        // changing wakes no template.
+        let kept = wire(&deployment(json!([]))).metadata.annotations;
+        let guarded = [("moonin.io/original-replicas".to_string(), "2".to_string())];
+        assert_eq!(kept, Some(guarded.into_iter().collect()));
     }
 
     #[test]

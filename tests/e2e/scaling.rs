@@ -959,6 +959,82 @@ async fn another_field_manager_undoing_the_override_is_named_and_not_fought_fore
     assert_eq!(annotations(&h.metadata), Vec::<String>::new());
 }
 
+/// The scaling controller's reconciles so far, once the count has stood still for 3 s.
+async fn reconciles_settled(rig: &Rig) -> f64 {
+    let count = || rig.metric("moonin_reconciliations_total", &["controller=\"scaling\""]);
+    let mut last = (count(), std::time::Instant::now());
+    wait_for(
+        "the reconciles to stand still",
+        Duration::from_secs(60),
+        || {
+            let now = count();
+            if now != last.0 {
+                last = (now, std::time::Instant::now());
+            }
+            let still = last.1.elapsed() >= Duration::from_secs(3);
+            async move { still.then_some(now.unwrap_or_default()) }
+        },
+    )
+    .await
+}
+
+/// Another tool's writes to a template's targets that change nothing a decision reads (its
+/// annotations, on the HPA and on the Deployment) wake no reconcile; a write of a bound does.
+#[tokio::test]
+async fn another_tools_annotations_on_the_targets_wake_no_reconcile() {
+    let client = require_cluster!();
+    let rig = Rig::new(client, "stpl-quiet").await;
+    rig.deployment("web", 1).await;
+    rig.hpa("web", "web", 1, 3).await;
+    rig.template(manual_template(
+        "later",
+        &in_secs(3600),
+        "1m",
+        json!([{"name": "web", "target": {"name": "web"}, "minReplicas": 2, "maxReplicas": 4}]),
+    ))
+    .await;
+    // The HPA controller has written the HPA's status once (its later writes are alike).
+    wait_for("the HPA's status", Duration::from_secs(60), || async {
+        let h = rig.hpas().get("web").await.ok()?;
+        (!h.status?.conditions?.is_empty()).then_some(())
+    })
+    .await;
+    let before = reconciles_settled(&rig).await;
+    let writes = rig.writes();
+    let other = PatchParams {
+        field_manager: Some("other-tool".into()),
+        ..PatchParams::default()
+    };
+    for i in 0..10 {
+        let touched = Patch::Merge(
+            json!({"metadata": {"annotations": {"example.com/touched": i.to_string()}}}),
+        );
+        rig.hpas()
+            .patch("web", &other, &touched)
+            .await
+            .expect("annotate HPA");
+        rig.deployments()
+            .patch("web", &other, &touched)
+            .await
+            .expect("annotate Deployment");
+    }
+    let after = reconciles_settled(&rig).await;
+    assert!(
+        after - before <= 1.0,
+        "20 annotation writes woke {} reconciles",
+        after - before
+    );
+    assert_eq!(rig.writes(), writes, "nothing written for them");
+    // The same tool raising the HPA's maximum is a change a decision reads.
+    let bound = Patch::Merge(json!({"spec": {"maxReplicas": 5}}));
+    rig.hpas()
+        .patch("web", &other, &bound)
+        .await
+        .expect("raise max");
+    let woken = reconciles_settled(&rig).await;
+    assert!(woken > after, "a write of a bound woke no reconcile");
+}
+
 #[tokio::test]
 async fn sigkill_at_any_point_converges_to_the_exact_original_state() {
     let client = require_cluster!();

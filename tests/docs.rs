@@ -619,6 +619,7 @@ fn links_in_the_docs_resolve() {
         "helm.md",
         "reference.md",
         "troubleshooting.md",
+        "scaling-benchmark.md",
     ] {
         let rel = format!("docs/{page}");
         assert!(

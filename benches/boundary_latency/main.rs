@@ -1,7 +1,8 @@
-//! Scaling boundary latency (reported in the README's "Scheduled scaling"): N templates ×
-//! M actions whose scheduled windows open at the same instant and close at the same instant,
-//! each action on its own Deployment with its own HPA (or, with
-//! `MOONIN_BENCH_AUTOSCALER=scaledobject`, its own KEDA ScaledObject; `e2e/keda start` first).
+//! Scaling boundary latency (every run in `docs/scaling-benchmark.md`, the latest in the
+//! README's "Scheduled scaling"): N templates × M actions whose scheduled windows open at the
+//! same instant and close at the same instant, each action on its own Deployment with its own
+//! HPA (or, with `MOONIN_BENCH_AUTOSCALER=scaledobject`, its own KEDA ScaledObject;
+//! `e2e/keda start` first).
 //!
 //! Watches in this process time every write from the boundary instant (the arrival of
 //! the first event showing the new value); the manager's own `moonin_api_writes_total`

@@ -274,11 +274,9 @@ pub fn keep_autoscaler_reads(meta: &mut ObjectMeta, kind: AutoscalerKind) {
         return;
     };
     let (status, spec): (Vec<_>, Vec<_>) = entries.into_iter().partition(is_status);
-    let bounds = [kind.min_field(), kind.max_field()];
     let cut = |mut e: ManagedFieldsEntry| {
-        let owned: serde_json::Map<String, serde_json::Value> = bounds
-            .iter()
-            .filter(|f| field_manager::owns_spec(&e, f))
+        let owned: serde_json::Map<String, serde_json::Value> = owned_bounds(&e, kind)
+            .into_iter()
             .map(|f| (format!("f:{f}"), serde_json::json!({})))
             .collect();
         if owned.is_empty() && e.manager.as_deref() != Some(field_manager::SCALING) {
@@ -311,11 +309,12 @@ pub fn keep_replicas_owner(meta: &mut ObjectMeta) {
     meta.managed_fields = kept.map(|m| vec![m]);
 }
 
-/// Whether the object's status was written after the last write of anything else in it, from
-/// `managedFields` (whole seconds, so a status write in the same second as that write does
-/// not count). The HPA controller writes an HPA's status with an update that carries the
-/// resourceVersion it read, so a status write that lands after a spec write was computed from
-/// that spec: the evidence that the controller has acted on it. Kubernetes sets neither
+/// Whether the object's status was written after the last write of its bounds
+/// ([`last_writes`]), from `managedFields` (whole seconds, so a status write in the same
+/// second as that write does not count). The HPA controller writes an HPA's status with an
+/// update that carries the resourceVersion it read, so a status write that lands after a
+/// write of the bounds was computed from them: the evidence that the controller has acted on
+/// them. Kubernetes sets neither
 /// `metadata.generation` nor `status.observedGeneration` on HPAs, and the controller writes
 /// the status only when it changes, so no evidence is not proof of the opposite (hence
 /// [`must_write`] and the cap, [`OBSERVATION_LIMIT`]).
@@ -331,14 +330,17 @@ pub fn status_after_spec(meta: &ObjectMeta) -> bool {
 /// `minReplicas` or `maxReplicas`), and of the last write to its status, from
 /// `managedFields` (whole seconds).
 pub fn last_writes(meta: &ObjectMeta) -> (Option<Timestamp>, Option<Timestamp>) {
-    let kind = AutoscalerKind::Hpa;
-    let bounds = |m: &ManagedFieldsEntry| {
-        !is_status(m)
-            && [kind.min_field(), kind.max_field()]
-                .iter()
-                .any(|f| field_manager::owns_spec(m, f))
-    };
+    let bounds =
+        |m: &ManagedFieldsEntry| !is_status(m) && !owned_bounds(m, AutoscalerKind::Hpa).is_empty();
     (latest_write(meta, bounds), latest_write(meta, is_status))
+}
+
+/// Which of an autoscaler's bounds (`spec` field names) a `managedFields` entry owns.
+fn owned_bounds(m: &ManagedFieldsEntry, kind: AutoscalerKind) -> Vec<&'static str> {
+    [kind.min_field(), kind.max_field()]
+        .into_iter()
+        .filter(|f| field_manager::owns_spec(m, f))
+        .collect()
 }
 
 fn is_status(m: &ManagedFieldsEntry) -> bool {

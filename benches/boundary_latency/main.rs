@@ -148,9 +148,20 @@ impl Params {
     }
 
     /// Fewest writes a boundary can take: the autoscaler and the Deployment of every action,
-    /// and one status write per template.
+    /// and one status write per template whose window opens and closes — the measured ones
+    /// and the refused ones whose only fault is a missing target (their schedule is valid:
+    /// they report `TargetNotFound` once the window opens, and their phase follows it).
     fn minimum_writes(&self) -> usize {
-        2 * self.targets() + self.templates
+        let missing_target = (0..self.invalid)
+            .filter(|&i| objects::invalid_reason(i) == "TargetNotFound")
+            .count();
+        2 * self.targets() + self.templates + missing_target
+    }
+
+    /// Fewest writes a start can take: every template's finalizer and its first status,
+    /// the refused ones' included.
+    fn minimum_startup_writes(&self) -> usize {
+        2 * (self.templates + self.invalid)
     }
 
     fn names(&self) -> Vec<String> {

@@ -82,19 +82,16 @@ pub fn template(index: usize, actions: usize, open: Timestamp) -> ScalingTemplat
 pub fn invalid_template(index: usize, open: Timestamp) -> (ScalingTemplate, &'static str) {
     let mut t = serde_json::to_value(template(0, 1, open)).expect("template");
     t["metadata"]["name"] = format!("invalid-{index:04}").into();
-    let reason = match index % 3 {
-        0 => {
-            t["spec"]["timeZone"] = "Mars/Olympus_Mons".into();
-            "UnknownTimeZone"
-        }
-        1 => {
-            t["spec"]["schedule"] = "61 * * * *".into();
-            "InvalidSchedule"
-        }
-        _ => {
-            t["spec"]["actions"][0]["target"]["name"] = format!("ghost-{index}").into();
-            "TargetNotFound"
-        }
-    };
+    let reason = invalid_reason(index);
+    match reason {
+        "UnknownTimeZone" => t["spec"]["timeZone"] = "Mars/Olympus_Mons".into(),
+        "InvalidSchedule" => t["spec"]["schedule"] = "61 * * * *".into(),
+        _ => t["spec"]["actions"][0]["target"]["name"] = format!("ghost-{index}").into(),
+    }
     (serde_json::from_value(t).expect("template"), reason)
+}
+
+/// The reason refused template `index` must give ([`invalid_template`]).
+pub fn invalid_reason(index: usize) -> &'static str {
+    ["UnknownTimeZone", "InvalidSchedule", "TargetNotFound"][index % 3]
 }

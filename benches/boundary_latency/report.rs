@@ -735,7 +735,7 @@ impl Report {
                     self.startup.secs
                 ),
                 self.startup.writes.clone(),
-                format!("minimum {}", 2 * p.templates),
+                format!("minimum {}", p.minimum_startup_writes()),
             ),
             (
                 "window open (1 s before → settled)".to_string(),

@@ -15,7 +15,7 @@ use kube::{
 
 use crate::{
     CREATE_CONCURRENCY, Carrier, HPA_MAX, HPA_MIN, POLL, Params, REPLICAS,
-    objects::{deployment, hpa, invalid_template, scaled_object, template},
+    objects::{deployment, hpa, invalid_reason, invalid_template, scaled_object, template},
     probes::{moonin_events, spec_floor, write_floor},
     report::{Floor, Floors, Leftovers, LogSummary, Presence, Report},
     server::{ServerTimes, WorkMark, machine_note, rival_managers, server_times_async},
@@ -88,7 +88,7 @@ pub async fn measure(
     // edges: the API server as the edges find it (the manager running and watching, the
     // window's Pods), which the floor before the manager starts does not see.
     let between = async {
-        let refused = refusals(&t, p, open).await;
+        let refused = refusals(&t, p).await;
         // Done 15 s before the close at the latest, or not measured.
         let budget = close.duration_since(Timestamp::now()) - SignedDuration::from_secs(15);
         let floor = async {
@@ -503,8 +503,8 @@ async fn create_invalid(t: &Targets, p: &Params, open: Timestamp) -> Result<(), 
 }
 
 /// How many of the templates the controller must refuse carry their exact reason
-/// (`Ready=False`, [`invalid_template`]); `None` without any.
-async fn refusals(t: &Targets, p: &Params, open: Timestamp) -> Option<usize> {
+/// (`Ready=False`, [`invalid_reason`]); `None` without any.
+async fn refusals(t: &Targets, p: &Params) -> Option<usize> {
     if p.invalid == 0 {
         return None;
     }
@@ -517,7 +517,7 @@ async fn refusals(t: &Targets, p: &Params, open: Timestamp) -> Option<usize> {
             let Some(i) = name.strip_prefix("invalid-").and_then(|i| i.parse().ok()) else {
                 return false;
             };
-            let reason = invalid_template(i, open).1;
+            let reason = invalid_reason(i);
             tpl.status.as_ref().is_some_and(|s| {
                 s.conditions
                     .iter()

@@ -314,10 +314,9 @@ pub fn keep_replicas_owner(meta: &mut ObjectMeta) {
 /// second as that write does not count). The HPA controller writes an HPA's status with an
 /// update that carries the resourceVersion it read, so a status write that lands after a
 /// write of the bounds was computed from them: the evidence that the controller has acted on
-/// them. Kubernetes sets neither
-/// `metadata.generation` nor `status.observedGeneration` on HPAs, and the controller writes
-/// the status only when it changes, so no evidence is not proof of the opposite (hence
-/// [`must_write`] and the cap, [`OBSERVATION_LIMIT`]).
+/// them. Kubernetes sets neither `metadata.generation` nor `status.observedGeneration` on
+/// HPAs, and the controller writes the status only when it changes, so no evidence is not
+/// proof of the opposite (hence [`must_write`] and the cap, [`OBSERVATION_LIMIT`]).
 pub fn status_after_spec(meta: &ObjectMeta) -> bool {
     match last_writes(meta) {
         (None, _) => true,

@@ -15,8 +15,9 @@
 //! each other; the manager's own
 //! `moonin_scaling_edge_delay_seconds` is printed beside. For each floor and each edge the
 //! report also gives what the API server spent on it, where it runs on this machine: its
-//! process's CPU time and the garbage collections its `/metrics` counts. Numbers, not
-//! pass/fail.
+//! process's CPU time and the garbage collections its `/metrics` counts. Every floor, and
+//! the creation of the templates, waits for an idle API server first (see
+//! `server::IdleServer`). Numbers, not pass/fail.
 //!
 //! ```sh
 //! e2e/cluster up && eval "$(e2e/cluster env)"
@@ -71,6 +72,10 @@ const HPA_MAX: i32 = 3;
 /// The action's bounds during the window.
 const ACTION_MIN: i32 = 2;
 const ACTION_MAX: i32 = 4;
+/// How long every window lasts: long enough that the open's cascade (the new Pods) is
+/// served and the API server idle again before the write floor between the edges, and
+/// that floor's before the close.
+const WINDOW_MINUTES: i64 = 2;
 /// The goal for p99 of every phase, on this machine.
 const GOAL_MS: f64 = 1000.0;
 /// A boundary has settled when every write was seen and the write counter stood still
@@ -240,7 +245,7 @@ async fn print_header(client: &Client, p: &Params) {
     println!();
     println!("- command: `{}`", p.command());
     println!(
-        "- parameters: {} templates × {} actions = {} Deployments (replicas {REPLICAS}), each with its own {} (min {HPA_MIN}, max {HPA_MAX}); action minReplicas {ACTION_MIN}, maxReplicas {ACTION_MAX}; every template `schedule: \"M H * * *\"`, `timeZone: UTC`, `duration: 1m` (the same minute for all)",
+        "- parameters: {} templates × {} actions = {} Deployments (replicas {REPLICAS}), each with its own {} (min {HPA_MIN}, max {HPA_MAX}); action minReplicas {ACTION_MIN}, maxReplicas {ACTION_MAX}; every template `schedule: \"M H * * *\"`, `timeZone: UTC`, `duration: {WINDOW_MINUTES}m` (the same minute for all)",
         p.templates,
         p.actions,
         p.targets(),
@@ -253,5 +258,10 @@ async fn print_header(client: &Client, p: &Params) {
     machine::print_header_lines(&version, " as the manager and this benchmark");
     println!(
         "- manager: one `moonin run --controllers scaling` (release build), impersonating the ServiceAccount with config/rbac; latencies are taken by watches in this process"
+    );
+    println!(
+        "- every floor, and the templates whose window opens a setup time later, start on an idle API server (below {} cores over {} s), so that none meets the HPA controller's Warnings (two per HPA every 15 s for its first minutes without a metrics server) or the cascade an earlier interval left",
+        server::IDLE_CORES,
+        server::IDLE_OVER.as_secs()
     );
 }

@@ -18,7 +18,7 @@ use crate::{
     objects::{deployment, hpa, invalid_reason, invalid_template, scaled_object, template},
     probes::{moonin_events, spec_floor, write_floor},
     report::{Floor, Floors, Leftovers, LogSummary, Presence, Report},
-    server::{ServerTimes, WorkMark, machine_note, rival_managers, server_times_async},
+    server::{IdleServer, ServerTimes, WorkMark, machine_note, rival_managers, server_times_async},
     shared::{
         harness::Manager,
         machine::builds,
@@ -76,7 +76,7 @@ pub async fn measure(
     // 2. The templates, on the next whole minute that leaves time to set up.
     let earliest = Timestamp::now().as_second() + p.setup_secs;
     let open = Timestamp::from_second((earliest + 59) / 60 * 60).expect("timestamp");
-    let close = open + SignedDuration::from_secs(60);
+    let close = open + SignedDuration::from_mins(crate::WINDOW_MINUTES);
     progress(&format!("window {open} → {close}"));
     create_templates(&t, p, open).await?;
     create_invalid(&t, p, open).await?;
@@ -93,6 +93,7 @@ pub async fn measure(
         let budget = close.duration_since(Timestamp::now()) - SignedDuration::from_secs(15);
         let floor = async {
             settle(&t, &names, crate::ACTION_MIN).await;
+            wait_for_idle_server().await;
             let cpu = process::usage(startup.pid).cpu_secs;
             let floor = write_floor_seen(&as_manager, &names, "between").await;
             floor.map(|f| (f, process::usage(startup.pid).cpu_secs - cpu))
@@ -284,6 +285,7 @@ async fn spec_floors(t: &Targets, names: &[String]) -> Option<(Floor, Floor)> {
     let open_work = WorkMark::end().await.since(&start);
     let open_kinds = kinds(t, names, began, |e| e.open);
     settle(t, names, crate::ACTION_MIN).await;
+    wait_for_idle_server().await;
     let start = WorkMark::start().await;
     let began = Timestamp::now();
     let close = spec_floor(t, names, false).await;
@@ -447,19 +449,36 @@ async fn wait_for_keda_hpas(t: &Targets, n: usize) {
 }
 
 /// Waits (up to `MOONIN_BENCH_QUIET_WAIT_SECS`) until no other scaling manager and no build
-/// runs on this machine; goes on anyway after that.
+/// runs on this machine, and the API server is idle (see [`IdleServer`]); goes on anyway
+/// after that.
 async fn wait_for_quiet_machine(p: &Params, identity: &str) {
+    let mut server = IdleServer::default();
     let quiet = wait_until_quiet(
-        "a quiet machine (no other scaling manager, no build)",
+        "a quiet machine (no other scaling manager, no build, an idle API server)",
         Duration::from_secs(p.quiet_secs),
         POLL,
         || {
             let busy = !rival_managers(identity).is_empty() || !builds().is_empty();
-            busy.then(|| machine_note(identity))
+            if busy {
+                return Some(machine_note(identity));
+            }
+            server.busy()
         },
     )
     .await;
     if let Err(e) = quiet {
+        progress(&format!("{e}; going on, numbers may be noisy"));
+    }
+}
+
+/// Waits (at most 2 minutes) until the API server is idle (see [`IdleServer`]).
+async fn wait_for_idle_server() {
+    let mut server = IdleServer::default();
+    let idle = wait_until_quiet("an idle API server", Duration::from_secs(120), POLL, || {
+        server.busy()
+    })
+    .await;
+    if let Err(e) = idle {
         progress(&format!("{e}; going on, numbers may be noisy"));
     }
 }

@@ -49,7 +49,7 @@ pub fn scaled_object(name: &str) -> kube::api::DynamicObject {
 }
 
 /// Template `index` with `actions` actions, each on its own target, whose window opens at
-/// `open` and lasts a minute.
+/// `open` and lasts [`crate::WINDOW_MINUTES`].
 pub fn template(index: usize, actions: usize, open: Timestamp) -> ScalingTemplate {
     let at = open.to_zoned(TimeZone::UTC);
     let actions: Vec<Value> = (0..actions)
@@ -69,7 +69,7 @@ pub fn template(index: usize, actions: usize, open: Timestamp) -> ScalingTemplat
         "spec": {
             "schedule": format!("{} {} * * *", at.minute(), at.hour()),
             "timeZone": "UTC",
-            "duration": "1m",
+            "duration": format!("{}m", crate::WINDOW_MINUTES),
             "actions": actions
         }
     }))

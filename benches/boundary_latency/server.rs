@@ -1,7 +1,10 @@
 //! What else competes for the machine and the API server: other managers, and the API
 //! server's own request times, which explain the latencies.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::{BTreeMap, VecDeque},
+    time::{Duration, Instant},
+};
 
 use crate::shared::{
     machine,
@@ -132,6 +135,54 @@ pub fn server_cpu() -> Option<f64> {
                 .is_ok_and(|c| c.trim_end() == "kube-apiserver")
         })?;
     Some(process::usage(pid).cpu_secs)
+}
+
+/// The API server counts as idle below this many cores of CPU over [`IDLE_OVER`] (it
+/// spends 0.05-0.07 here with nothing going on but the watches and the Lease renewals).
+pub const IDLE_CORES: f64 = 0.12;
+/// … measured over this long: longer than the HPA controller's sync period (15 s), so
+/// that a pause between two of its bursts does not pass for quiet.
+pub const IDLE_OVER: Duration = Duration::from_secs(16);
+
+/// Whether the API server is idle: its CPU over the last [`IDLE_OVER`], from the samples
+/// taken at each call. Without a metrics server the HPA controller records Warning Events
+/// about each HPA every 15 s (it cannot read their CPU) until client-go's spam filter stops
+/// them, three and a half minutes after the HPAs appear: 500 HPAs make bursts of some 700
+/// Event writes. Each edge and floor leaves a cascade (ReplicaSets, Pods, Events) behind it
+/// that the API server serves for up to half a minute. A floor or an edge measured in
+/// either is measured against them too.
+#[derive(Default)]
+pub struct IdleServer {
+    samples: VecDeque<(Instant, f64)>,
+}
+
+impl IdleServer {
+    /// `None` when the API server is idle (or does not run on this machine, so that its
+    /// CPU cannot be read); otherwise what it spends.
+    pub fn busy(&mut self) -> Option<String> {
+        let cpu = server_cpu()?;
+        let now = Instant::now();
+        self.samples.push_back((now, cpu));
+        while self
+            .samples
+            .get(1)
+            .is_some_and(|(at, _)| now.duration_since(*at) >= IDLE_OVER)
+        {
+            self.samples.pop_front();
+        }
+        let (first_at, first_cpu) = *self.samples.front()?;
+        let over = now.duration_since(first_at);
+        if over < IDLE_OVER {
+            return Some("the API server's CPU not yet sampled for long enough".into());
+        }
+        let cores = (cpu - first_cpu) / over.as_secs_f64();
+        (cores >= IDLE_CORES).then(|| {
+            format!(
+                "the API server busy ({cores:.2} cores over the last {:.0} s)",
+                over.as_secs_f64()
+            )
+        })
+    }
 }
 
 /// What the API server spent on one interval of the run: the CPU time of its process and

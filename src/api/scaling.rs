@@ -384,6 +384,9 @@ pub mod events {
     /// A Deployment the HPA controller scaled back on the override's old bounds right
     /// after its restore, restored again.
     pub const RESTORED_AGAIN: &str = "RestoredAgain";
+    /// Copies of Moonin's marks that another field manager put on a Deployment (`kubectl
+    /// rollout undo` copies them back from a ReplicaSet) removed before an override.
+    pub const COPIED_MARKS_REMOVED: &str = "CopiedMarksRemoved";
 }
 
 /// Condition types and reasons specific to scaling templates.

@@ -299,14 +299,98 @@ pub fn keep_autoscaler_reads(meta: &mut ObjectMeta, kind: AutoscalerKind) {
     }
 }
 
-/// Trims a cached Deployment's `managedFields` to the entry that owns `spec.replicas`
-/// (all [`replicas_set_by`] reads), itself trimmed to that field.
-pub fn keep_replicas_owner(meta: &mut ObjectMeta) {
-    let kept = replicas_entry(meta).map(|m| ManagedFieldsEntry {
-        fields_v1: Some(FieldsV1(serde_json::json!({"f:spec": {"f:replicas": {}}}))),
-        ..m.clone()
-    });
-    meta.managed_fields = kept.map(|m| vec![m]);
+/// The field paths of a Deployment whose `managedFields` owners the cache keeps:
+/// `spec.replicas` (its latest owner, all [`replicas_set_by`] reads) and Moonin's two marks
+/// (every owner, all [`copied_marks`] reads).
+pub const KEPT_OWNERS: [&[&str]; 3] = [
+    &["f:spec", "f:replicas"],
+    &["f:metadata", "f:annotations", "f:moonin.io/owner"],
+    &[
+        "f:metadata",
+        "f:annotations",
+        "f:moonin.io/original-replicas",
+    ],
+];
+
+/// A `fieldsV1` field set owning exactly `paths`.
+pub fn field_set<'a>(paths: impl IntoIterator<Item = &'a [&'a str]>) -> FieldsV1 {
+    let mut set = serde_json::Value::Object(serde_json::Map::new());
+    for path in paths {
+        let mut at = &mut set;
+        for key in path {
+            at = at
+                .as_object_mut()
+                .expect("built of objects")
+                .entry(key.to_string())
+                .or_insert_with(|| serde_json::json!({}));
+        }
+    }
+    FieldsV1(set)
+}
+
+/// Whether the `managedFields` entry `m` owns the field at `path`.
+fn owns_path(m: &ManagedFieldsEntry, path: &[&str]) -> bool {
+    m.fields_v1
+        .as_ref()
+        .and_then(|f| path.iter().try_fold(&f.0, |v, k| v.get(*k)))
+        .is_some()
+}
+
+/// Trims a cached Deployment's `managedFields` to the entry that last set `spec.replicas`
+/// and the entries that own one of Moonin's marks ([`KEPT_OWNERS`]), each trimmed to what
+/// it owns of those.
+pub fn keep_deployment_owners(meta: &mut ObjectMeta) {
+    let entries = meta.managed_fields.take().unwrap_or_default();
+    // The latest owner of `spec.replicas`, the later in the list on a tie (as `replicas_entry`).
+    let latest = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| field_manager::owns_spec(m, "replicas"))
+        .max_by_key(|(_, m)| m.time.as_ref().map(|t| t.0))
+        .map(|(i, _)| i);
+    let kept: Vec<ManagedFieldsEntry> = entries
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            let owned: Vec<&[&str]> = KEPT_OWNERS
+                .iter()
+                .enumerate()
+                .filter(|(k, p)| {
+                    if *k == 0 {
+                        latest == Some(i)
+                    } else {
+                        owns_path(&m, p)
+                    }
+                })
+                .map(|(_, p)| *p)
+                .collect();
+            (!owned.is_empty()).then(|| ManagedFieldsEntry {
+                fields_v1: Some(field_set(owned)),
+                ..m
+            })
+        })
+        .collect();
+    meta.managed_fields = (!kept.is_empty()).then_some(kept);
+}
+
+/// Whether one of Moonin's marks on a Deployment was last written by another field
+/// manager: a copy, not Moonin's record. The Deployment controller copies a Deployment's
+/// annotations onto its ReplicaSet, and `kubectl rollout undo` copies a ReplicaSet's back
+/// onto the Deployment, so that rolling back to a ReplicaSet that lived through a window
+/// brings that window's marks back long after it closed. A field's owner changes only when
+/// its value does, so marks Moonin wrote stay Moonin's until someone changes them; with no
+/// owner recorded at all, the marks are taken as Moonin's.
+pub fn copied_marks(meta: &ObjectMeta) -> bool {
+    KEPT_OWNERS[1..].iter().any(|path| {
+        let mut owners = meta
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|m| owns_path(m, path))
+            .peekable();
+        owners.peek().is_some()
+            && !owners.any(|m| m.manager.as_deref() == Some(field_manager::SCALING))
+    })
 }
 
 /// Whether the object's status was written after the last write of its bounds
@@ -404,8 +488,20 @@ fn autoscaler_from(
 }
 
 fn workload_from(d: &Deployment, stores: &Stores) -> Workload {
+    let copied = copied_marks(&d.metadata);
     let mut m = marks(&d.metadata, stores);
+    if copied {
+        // Not Moonin's record: read as unmarked (see `copied_marks`); a write still tests
+        // their values.
+        m = Marks {
+            copied,
+            has_annotations: m.has_annotations,
+            read: m.read,
+            ..Marks::default()
+        };
+    }
     let original_replicas = match annotation(&d.metadata, keys::ORIGINAL_REPLICAS) {
+        _ if copied => None,
         None => None,
         Some(raw) => match raw.parse::<i32>() {
             Ok(r) => Some(r),
@@ -908,7 +1004,7 @@ mod tests {
             kcm,
             "a later entry without replicas"
         );
-        keep_replicas_owner(&mut meta);
+        keep_deployment_owners(&mut meta);
         assert_eq!(replicas_set_by(&meta), kcm);
         let kept = meta.managed_fields.as_deref().unwrap_or_default();
         assert_eq!(kept.len(), 1);
@@ -917,8 +1013,101 @@ mod tests {
             Some(serde_json::json!({"f:spec": {"f:replicas": {}}}))
         );
         let mut none = written_by("kubectl", "2026-11-30T09:00:00Z");
-        keep_replicas_owner(&mut none);
+        keep_deployment_owners(&mut none);
         assert_eq!((replicas_set_by(&none), none.managed_fields), (None, None));
+    }
+
+    /// An entry of `manager` that owns the annotations `names`.
+    fn annotating(manager: &str, at: &str, names: &[&str]) -> ManagedFieldsEntry {
+        let owned: serde_json::Map<String, serde_json::Value> = names
+            .iter()
+            .map(|k| (format!("f:{k}"), serde_json::json!({})))
+            .collect();
+        ManagedFieldsEntry {
+            fields_v1: Some(FieldsV1(
+                serde_json::json!({"f:metadata": {"f:annotations": owned}}),
+            )),
+            ..entry(manager, None, at)
+        }
+    }
+
+    #[test]
+    fn the_kept_owner_paths_are_the_marks_keys() {
+        assert_eq!(KEPT_OWNERS[1][2], format!("f:{}", keys::OWNER));
+        assert_eq!(KEPT_OWNERS[2][2], format!("f:{}", keys::ORIGINAL_REPLICAS));
+    }
+
+    /// Marks last written by another field manager are copies (`kubectl rollout undo` puts
+    /// a ReplicaSet's annotations back on its Deployment), as read and as cached; marks
+    /// Moonin wrote, or whose writer is not recorded, are Moonin's record.
+    #[test]
+    fn marks_another_field_manager_wrote_are_copies_and_read_as_no_marks() {
+        let marks = [keys::OWNER, keys::ORIGINAL_REPLICAS];
+        // Moonin's raise: the replicas and both marks in one write.
+        let raised = ManagedFieldsEntry {
+            fields_v1: Some(field_set(KEPT_OWNERS)),
+            ..entry(field_manager::SCALING, None, "2026-11-30T08:00:00Z")
+        };
+        let undo = "2026-11-30T20:00:00Z";
+        let cases = [
+            (vec![raised.clone()], false, "Moonin wrote both"),
+            (vec![], false, "no writer recorded"),
+            (
+                vec![annotating("kubectl-rollout", undo, &marks)],
+                true,
+                "the undo wrote both",
+            ),
+            (
+                // A field changed moves to its new writer: Moonin keeps the rest.
+                vec![
+                    ManagedFieldsEntry {
+                        fields_v1: Some(field_set(KEPT_OWNERS[..2].iter().copied())),
+                        ..raised.clone()
+                    },
+                    annotating("kubectl-rollout", undo, &marks[1..]),
+                ],
+                true,
+                "the undo changed one",
+            ),
+            (
+                vec![annotating("kubectl", undo, &["app"]), raised.clone()],
+                false,
+                "another manager's other annotation",
+            ),
+        ];
+        let stores = Stores {
+            templates: kube::runtime::reflector::store().0,
+            cluster_templates: kube::runtime::reflector::store().0,
+            deployments: kube::runtime::reflector::store().0,
+            hpas: kube::runtime::reflector::store().0,
+            scaled_objects: None,
+            index: Index::default(),
+        };
+        for (managed, copied, why) in cases {
+            let mut d = Deployment {
+                metadata: ObjectMeta {
+                    managed_fields: Some(managed),
+                    annotations: Some(
+                        [
+                            (keys::OWNER.to_string(), r#"{"kind":"ScalingTemplate","namespace":"shop","name":"peak","uid":"t1","action":"a"}"#.to_string()),
+                            (keys::ORIGINAL_REPLICAS.to_string(), "1".to_string()),
+                        ]
+                        .into(),
+                    ),
+                    ..marked_meta("web", None)
+                },
+                ..Deployment::default()
+            };
+            assert_eq!(copied_marks(&d.metadata), copied, "{why}");
+            keep_deployment_owners(&mut d.metadata);
+            assert_eq!(copied_marks(&d.metadata), copied, "{why}, as cached");
+            let w = workload_from(&d, &stores);
+            assert_eq!(w.marks.copied, copied, "{why}");
+            assert_eq!(w.marks.owner.is_none(), copied, "{why}");
+            assert_eq!(w.original_replicas.is_none(), copied, "{why}");
+            // Whatever they are, a write still tests their values.
+            assert_eq!(w.marks.read.len(), 2, "{why}");
+        }
     }
 
     fn marked_meta(name: &str, owner: Option<&str>) -> ObjectMeta {

@@ -4,22 +4,22 @@
 //! The cache keeps of a Deployment only what [`super::load`] reads: the metadata (identity,
 //! the annotations a decision reads; not the generation, which the API server moves with
 //! every annotation too), `spec.replicas`, and of `managedFields` the entry that last set
-//! `spec.replicas` ([`super::load::keep_replicas_owner`]). Every status write of the
-//! Deployment controller (several per Deployment at each window edge, as its Pods come and
-//! go) sends the whole object to the watch, Pod template, status and every field manager's
-//! field set included. [`WireDeployment`] skips all of that unread instead of building it
-//! and throwing it away: the Pod template, the status, the other spec fields, the other
+//! `spec.replicas` and those that own Moonin's marks
+//! ([`super::load::keep_deployment_owners`]). Every status write of the Deployment
+//! controller (several per Deployment at each window edge, as its Pods come and go) sends
+//! the whole object to the watch, Pod template, status and every field manager's field set
+//! included. [`WireDeployment`] skips all of that unread instead of building it and
+//! throwing it away: the Pod template, the status, the other spec fields, the other
 //! annotations (`kubectl.kubernetes.io/last-applied-configuration` among them), and of each
-//! `managedFields` entry's field set everything but whether it owns `spec.replicas`.
+//! `managedFields` entry's field set everything but whether it owns `spec.replicas` or one of
+//! Moonin's marks.
 
 use std::{borrow::Cow, collections::BTreeMap, fmt};
 
 use k8s_openapi::{
     NamespaceResourceScope,
     api::apps::v1::{Deployment, DeploymentSpec},
-    apimachinery::pkg::apis::meta::v1::{
-        FieldsV1, ManagedFieldsEntry, ObjectMeta, OwnerReference, Time,
-    },
+    apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, OwnerReference, Time},
 };
 use serde::{
     Deserialize, Deserializer,
@@ -60,7 +60,7 @@ impl From<WireDeployment> for Deployment {
 /// without decoding the rest, and what its tests and `cargo bench --bench watch_decode`
 /// hold it to.
 pub fn cut(mut d: Deployment) -> Deployment {
-    load::keep_replicas_owner(&mut d.metadata);
+    load::keep_deployment_owners(&mut d.metadata);
     load::keep_guarded_annotations(&mut d.metadata);
     d.metadata.generation = None;
     d.spec = d.spec.map(|s| DeploymentSpec {
@@ -117,14 +117,15 @@ struct WireMeta {
     uid: Option<String>,
 }
 
-/// A `managedFields` entry, its field set read only for whether it owns `spec.replicas`.
+/// A `managedFields` entry, its field set read only for which of [`load::KEPT_OWNERS`] it
+/// owns.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireEntry {
     api_version: Option<String>,
     fields_type: Option<String>,
     #[serde(default, rename = "fieldsV1")]
-    owns_replicas: OwnsReplicas,
+    owns: Owns,
     manager: Option<String>,
     operation: Option<String>,
     subresource: Option<String>,
@@ -133,17 +134,23 @@ struct WireEntry {
 
 fn metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     let w = WireMeta::deserialize(d)?;
-    // The owners of `spec.replicas`, each with just that field, cut to the one
-    // `keep_replicas_owner` keeps (the same function that cuts a fully decoded one).
+    // The owners of `spec.replicas` and of Moonin's marks, each with just what it owns of
+    // them, then cut as `keep_deployment_owners` cuts a fully decoded one.
     let owners: Vec<ManagedFieldsEntry> = w
         .managed_fields
         .into_iter()
         .flatten()
-        .filter(|e| e.owns_replicas.0)
+        .filter(|e| e.owns.0 != 0)
         .map(|e| ManagedFieldsEntry {
             api_version: e.api_version,
             fields_type: e.fields_type,
-            fields_v1: Some(FieldsV1(serde_json::json!({"f:spec": {"f:replicas": {}}}))),
+            fields_v1: Some(load::field_set(
+                load::KEPT_OWNERS
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| e.owns.0 & (1 << i) != 0)
+                    .map(|(_, p)| *p),
+            )),
             manager: e.manager,
             operation: e.operation,
             subresource: e.subresource,
@@ -168,7 +175,7 @@ fn metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
         self_link: w.self_link,
         uid: w.uid,
     };
-    load::keep_replicas_owner(&mut meta);
+    load::keep_deployment_owners(&mut meta);
     Ok(meta)
 }
 
@@ -208,69 +215,76 @@ fn annotations<'de, D: Deserializer<'de>>(
     d.deserialize_option(Annotations)
 }
 
-/// Whether a `fieldsV1` field set has `f:spec` → `f:replicas` (the rest skipped unread).
+/// Which of [`load::KEPT_OWNERS`]'s paths a `fieldsV1` field set owns, one bit each (the
+/// rest skipped unread).
 #[derive(Default)]
-struct OwnsReplicas(bool);
+struct Owns(u8);
 
-impl<'de> Deserialize<'de> for OwnsReplicas {
+impl<'de> Deserialize<'de> for Owns {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        /// Finds `path`'s first key in a map, then the rest of it in that key's value.
-        struct Path(&'static [&'static str]);
-        impl<'de> Visitor<'de> for Path {
-            type Value = bool;
+        /// The paths still looked for at this depth, each with its bit; a key that ends one
+        /// sets its bit, a key that continues some is read further for the rest of them.
+        struct Paths(Vec<(u8, &'static [&'static str])>);
+        impl<'de> Visitor<'de> for Paths {
+            type Value = u8;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a field set")
             }
             // Anything but a map owns nothing (as the API server never sends).
-            fn visit_unit<E>(self) -> Result<bool, E> {
-                Ok(false)
+            fn visit_unit<E>(self) -> Result<u8, E> {
+                Ok(0)
             }
-            fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
-                Ok(false)
+            fn visit_bool<E>(self, _: bool) -> Result<u8, E> {
+                Ok(0)
             }
-            fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
-                Ok(false)
+            fn visit_i64<E>(self, _: i64) -> Result<u8, E> {
+                Ok(0)
             }
-            fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
-                Ok(false)
+            fn visit_u64<E>(self, _: u64) -> Result<u8, E> {
+                Ok(0)
             }
-            fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
-                Ok(false)
+            fn visit_f64<E>(self, _: f64) -> Result<u8, E> {
+                Ok(0)
             }
-            fn visit_str<E>(self, _: &str) -> Result<bool, E> {
-                Ok(false)
+            fn visit_str<E>(self, _: &str) -> Result<u8, E> {
+                Ok(0)
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<u8, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(false)
+                Ok(0)
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
-                let mut found = false;
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<u8, A::Error> {
+                let mut found = 0;
                 while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    match self.0.split_first() {
-                        Some((first, [])) if !found && key == *first => {
-                            map.next_value::<IgnoredAny>()?;
-                            found = true;
+                    let mut deeper = Vec::new();
+                    for (bit, path) in &self.0 {
+                        match path.split_first() {
+                            Some((first, [])) if key == *first => found |= bit,
+                            Some((first, rest)) if key == *first => deeper.push((*bit, rest)),
+                            _ => {}
                         }
-                        Some((first, rest)) if !found && key == *first => {
-                            found = map.next_value_seed(Path(rest))?;
-                        }
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
+                    }
+                    if deeper.is_empty() {
+                        map.next_value::<IgnoredAny>()?;
+                    } else {
+                        found |= map.next_value_seed(Paths(deeper))?;
                     }
                 }
                 Ok(found)
             }
         }
-        impl<'de> serde::de::DeserializeSeed<'de> for Path {
-            type Value = bool;
-            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        impl<'de> serde::de::DeserializeSeed<'de> for Paths {
+            type Value = u8;
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u8, D::Error> {
                 d.deserialize_any(self)
             }
         }
-        d.deserialize_any(Path(&["f:spec", "f:replicas"]))
-            .map(OwnsReplicas)
+        let paths = load::KEPT_OWNERS
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (1 << i, *p))
+            .collect();
+        d.deserialize_any(Paths(paths)).map(Owns)
     }
 }
 
@@ -336,6 +350,33 @@ mod tests {
             .into()
     }
 
+    /// Moonin's raise (the replicas and its owner mark), then a rollback that rewrote its
+    /// other mark and the Pod template, and the Deployment controller's revision annotation.
+    fn rolled_back() -> Value {
+        json!([
+            entry(
+                "moonin-scaling",
+                "2026-12-01T09:00:00Z",
+                None,
+                json!({"f:metadata": {"f:annotations": {"f:moonin.io/owner": {}}},
+                       "f:spec": {"f:replicas": {}}})
+            ),
+            entry(
+                "kubectl-rollout",
+                "2026-12-01T20:00:00Z",
+                None,
+                json!({"f:metadata": {"f:annotations": {".": {}, "f:moonin.io/original-replicas": {}}},
+                       "f:spec": {"f:template": {"f:metadata": {"f:labels": {}}}}})
+            ),
+            entry(
+                "kube-controller-manager",
+                "2026-12-01T20:00:01Z",
+                None,
+                json!({"f:metadata": {"f:annotations": {"f:deployment.kubernetes.io/revision": {}}}})
+            ),
+        ])
+    }
+
     #[test]
     fn the_wire_keeps_what_decoding_the_whole_object_and_cutting_it_keeps() {
         let spec_replicas = json!({"f:spec": {"f:replicas": {}}});
@@ -380,6 +421,7 @@ mod tests {
                 ),
                 entry("c", "2026-12-01T08:00:00Z", None, spec_replicas.clone()),
             ]),
+            rolled_back(),
             // No owner of spec.replicas at all; and field sets of odd shapes.
             json!([
                 entry(
@@ -414,6 +456,19 @@ mod tests {
             let v = deployment(managed.clone());
             assert_eq!(wire(&v), decoded_then_cut(&v), "managedFields {managed}");
         }
+        // The rollback's copy of a mark is read as such off the wire too.
+        let rolled_back = wire(&deployment(rolled_back()));
+        assert!(load::copied_marks(&rolled_back.metadata));
+        assert_eq!(
+            rolled_back
+                .metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .filter_map(|m| m.manager.as_deref())
+                .collect::<Vec<_>>(),
+            ["moonin-scaling", "kubectl-rollout"]
+        );
         // Of the annotations, only the one a decision reads: another tool's annotation
         // changing wakes no template.
         let kept = wire(&deployment(json!([]))).metadata.annotations;

@@ -772,6 +772,104 @@ async fn manual_run_suspend_and_valid_until_revert_mid_window() {
     }
 }
 
+/// `kubectl rollout undo` puts the annotations of the ReplicaSet it rolls back to on the
+/// Deployment, Moonin's marks among them when that ReplicaSet lived through a window (the
+/// Deployment controller copies a Deployment's annotations onto its ReplicaSet). Those
+/// copies are not Moonin's record: with their template gone they change nothing, and the
+/// next window removes them before its override, whose restore puts back what the
+/// Deployment had then, not what the copies say.
+#[tokio::test]
+async fn marks_a_rollback_copies_back_change_nothing_and_the_next_window_restores_exactly() {
+    let client = require_cluster!();
+    let rig = Rig::new(client, "stpl-undo").await;
+    rig.deployment("web", 1).await;
+    rig.hpa("web", "web", 1, 3).await;
+    let action = |min: i32| json!([{"name": "web", "target": {"name": "web"}, "minReplicas": min, "maxReplicas": 5}]);
+    rig.template(manual_template("first", &in_secs(2), "10m", action(2)))
+        .await;
+    hpa_is(&rig, "web", 2, 5, true).await;
+    replicas_are(&rig, "web", 2).await;
+    let replica_sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> =
+        Api::namespaced(rig.client.clone(), rig.ns());
+    wait_for(
+        "the Deployment controller to copy the marks onto the ReplicaSet",
+        Duration::from_secs(30),
+        || async {
+            let list = replica_sets.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|r| r.annotations().contains_key(keys::OWNER))
+                .then_some(())
+        },
+    )
+    .await;
+    rig.delete_template("first").await;
+    hpa_is(&rig, "web", 1, 3, false).await;
+    replicas_are(&rig, "web", 1).await;
+
+    // A new revision (its ReplicaSet has no marks), scaled to 3 as its HPA might; then
+    // rolled back to the revision that lived through the window.
+    rig.deployments()
+        .patch(
+            "web",
+            &PatchParams {
+                field_manager: Some(harness::TEST_MANAGER.into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"spec": {"replicas": 3, "template": {"metadata": {"annotations": {"rev": "2"}}}}})),
+        )
+        .await
+        .expect("new revision");
+    replicas_are(&rig, "web", 3).await;
+    let out = std::process::Command::new("kubectl")
+        .args(["rollout", "undo", "deployment/web", "-n", rig.ns()])
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl rollout undo: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let copied = rig.deployments().get("web").await.expect("deployment");
+    assert_eq!(
+        copied
+            .annotations()
+            .get(keys::ORIGINAL_REPLICAS)
+            .map(String::as_str),
+        Some("1"),
+        "the rollback copies the first window's marks back"
+    );
+    let writes = rig.writes();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = rig.deployments().get("web").await.expect("deployment");
+    assert_eq!(
+        after.spec.and_then(|s| s.replicas),
+        Some(3),
+        "{:?}",
+        after.metadata.annotations
+    );
+    assert_eq!(rig.writes(), writes, "Moonin wrote after the rollback");
+
+    // The next window raises 3 to 4: the copies go first, then its own marks record 3.
+    rig.template(manual_template("second", &in_secs(2), "10m", action(4)))
+        .await;
+    hpa_is(&rig, "web", 4, 5, true).await;
+    replicas_are(&rig, "web", 4).await;
+    let raised = rig.deployments().get("web").await.expect("deployment");
+    assert_eq!(
+        raised
+            .annotations()
+            .get(keys::ORIGINAL_REPLICAS)
+            .map(String::as_str),
+        Some("3")
+    );
+    rig.delete_template("second").await;
+    hpa_is(&rig, "web", 1, 3, false).await;
+    replicas_are(&rig, "web", 3).await;
+    let d = rig.deployments().get("web").await.expect("deployment");
+    assert_eq!(annotations(&d.metadata), Vec::<String>::new());
+}
+
 /// An action taken out of a template while its window is open: only the marks on its target
 /// say the template wrote it, and its target is restored exactly while the other stays
 /// overridden.

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::outcome::{Outcome, is_ours, is_ours_for};
-use super::patch::{precondition, set_annotations, set_field, show};
+use super::patch::{precondition, remove_annotations, set_annotations, set_field, show};
 use super::plan::{EventNote, ObjectKind, Op, Wave, Write, override_hash, provisional_name, state};
-use super::restore::replaced_provisional;
+use super::restore::{deployment_op, replaced_provisional};
 use super::snapshot::{
     Autoscaler, AutoscalerKind, Original, OwnerRecord, Target, TargetKey, TemplateView, Workload,
 };
@@ -140,6 +140,9 @@ fn guard<'a>(
     };
     if let Some(why) = &dep.marks.unreadable {
         return Err(blocked(format!("Deployment {key}: {why}")));
+    }
+    if dep.marks.copied {
+        return Err(Box::new(strip_copied_marks(action, key, dep)));
     }
     if let Some(h) = &dep.marks.owner
         && !(h.uid == t.uid && h.action == action.name)
@@ -433,6 +436,32 @@ fn override_op(
         }),
         wave: Wave::default(),
     }
+}
+
+/// The Deployment carries copies of Moonin's marks that another field manager wrote (see
+/// `load::copied_marks`): they go first, in a write of their own. Written again unchanged by
+/// the override, they would stay that manager's (a field's owner changes only with its
+/// value) and the override's own marks would read as copies. The next plan overrides.
+fn strip_copied_marks(action: &ScalingAction, key: &TargetKey, dep: &Workload) -> Outcome {
+    let marks = [keys::OWNER, keys::ORIGINAL_REPLICAS];
+    let present: Vec<&str> = marks
+        .into_iter()
+        .filter(|k| dep.marks.read.contains_key(*k))
+        .collect();
+    let mut patch = precondition(&dep.marks, &marks, &[]);
+    patch.extend(remove_annotations(&present));
+    let msg = format!(
+        "Deployment {key} carries copies of Moonin's marks that another field manager wrote \
+         (kubectl rollout undo copies them back from a ReplicaSet); removing them first"
+    );
+    let mut o = Outcome::new(&action.name, key, state::PENDING, msg.clone());
+    let event = EventNote::normal(
+        events::COPIED_MARKS_REMOVED,
+        format!("{}: {msg}", action.name),
+    );
+    o.ops
+        .push(deployment_op(action.name.clone(), key, dep, patch, event));
+    o
 }
 
 /// The Deployment raised to the new minimum now, its original replicas recorded once.

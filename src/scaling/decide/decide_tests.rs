@@ -574,6 +574,74 @@ fn resync(at: Timestamp) -> Timestamp {
     at.saturating_add(RESYNC).unwrap_or(at)
 }
 
+/// The fresh target, its Deployment carrying copies of this template's marks that another
+/// field manager wrote (`kubectl rollout undo` brought them back from a ReplicaSet).
+fn copied_marks_target() -> Target {
+    let mut target = fresh_target();
+    if let Some(d) = target.deployment.as_mut() {
+        d.marks = Marks {
+            copied: true,
+            read: BTreeMap::from([
+                (keys::OWNER.to_string(), our_owner("checkout").to_string()),
+                (keys::ORIGINAL_REPLICAS.to_string(), "1".to_string()),
+            ]),
+            ..plain()
+        };
+    }
+    target
+}
+
+#[test]
+fn marks_copied_onto_the_deployment_are_removed_alone_before_the_override() {
+    let s = snap(
+        template(vec![checkout()]),
+        vec![("checkout", copied_marks_target())],
+    );
+    let plan = decide(&s, now());
+    assert_eq!(
+        writes(&plan.ops),
+        vec![at(
+            "checkout",
+            dep_patch(vec![
+                rm(&ann(keys::OWNER)),
+                rm(&ann(keys::ORIGINAL_REPLICAS))
+            ])
+        )]
+    );
+    let Write::Patch { ops, .. } = &plan.ops[0].write else {
+        panic!("{:?}", plan.ops[0].write);
+    };
+    // Guarded by the copies' values: a change to them in between refuses the removal.
+    assert!(ops.contains(&test_op(
+        &ann(keys::OWNER),
+        our_owner("checkout").to_string()
+    )));
+    assert!(ops.contains(&test_op(&ann(keys::ORIGINAL_REPLICAS), "1")));
+    assert_eq!(op_events(&plan), vec![(false, "CopiedMarksRemoved")]);
+    assert_eq!(plan.status.actions[0].state, "Pending");
+    assert!(
+        plan.status.actions[0]
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("kubectl rollout undo")),
+        "{:?}",
+        plan.status.actions[0]
+    );
+}
+
+#[test]
+fn marks_copied_onto_the_deployment_outside_a_window_change_nothing() {
+    let s = snap(
+        template(vec![checkout()]),
+        vec![("checkout", copied_marks_target())],
+    );
+    // After the window: read as an unmarked Deployment, nothing to restore.
+    let after = resync(ts(END));
+    let plan = decide(&s, after);
+    assert!(plan.ops.is_empty(), "{:#?}", plan.ops);
+    assert!(plan.status.actions.iter().all(|a| a.state != "Applied"));
+}
+
 // ---------------------------------------------------------------------------------------
 // 1. First apply on an existing HPA.
 

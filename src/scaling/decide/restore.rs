@@ -306,7 +306,7 @@ fn restore_deployment(
 }
 
 /// A patch of the Deployment `d` of `key` for `action`, reported by `event`.
-fn deployment_op(
+pub(super) fn deployment_op(
     action: String,
     key: &TargetKey,
     d: &Workload,

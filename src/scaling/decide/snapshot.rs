@@ -113,6 +113,10 @@ pub struct Marks {
     /// the object had when it was read: its write tests that they are still these (and
     /// that the others are still absent).
     pub read: BTreeMap<String, String>,
+    /// A Deployment's marks are a copy another field manager wrote (`kubectl rollout
+    /// undo` copies a ReplicaSet's annotations back), not Moonin's record: `owner` is then
+    /// `None` and the Deployment is read as unmarked.
+    pub copied: bool,
 }
 
 /// The annotations whose values an override or a restore depends on: Moonin's own records

@@ -54,7 +54,7 @@ pub async fn measure(
 
     // 1. The targets, on a machine as quiet as it gets.
     create_targets(&t, &names).await?;
-    wait_for_quiet_machine(p, identity).await;
+    wait_for_quiet(Duration::from_secs(p.quiet_secs), Some(identity)).await;
 
     // The API server's write floor on this machine: the same number of writes (one per
     // Deployment and one per HPA, Deployment first), sent by this process as fast as the
@@ -71,7 +71,7 @@ pub async fn measure(
         Carrier::Hpa => with_server_times(spec_floors(&as_manager, &names)).await,
         Carrier::ScaledObject => (None, Default::default()),
     };
-    wait_for_quiet_machine(p, identity).await;
+    wait_for_quiet(Duration::from_secs(p.quiet_secs), Some(identity)).await;
 
     // 2. The templates, on the next whole minute that leaves time to set up.
     let earliest = Timestamp::now().as_second() + p.setup_secs;
@@ -93,7 +93,7 @@ pub async fn measure(
         let budget = close.duration_since(Timestamp::now()) - SignedDuration::from_secs(15);
         let floor = async {
             settle(&t, &names, crate::ACTION_MIN).await;
-            wait_for_idle_server().await;
+            wait_for_quiet(IDLE_SERVER_WAIT, None).await;
             let cpu = process::usage(startup.pid).cpu_secs;
             let floor = write_floor_seen(&as_manager, &names, "between").await;
             floor.map(|f| (f, process::usage(startup.pid).cpu_secs - cpu))
@@ -119,7 +119,7 @@ pub async fn measure(
     // (its watches, the reconciles the floors' writes wake) costs the API server, beside
     // the same floors a moment later with the manager stopped. Its write counters say it
     // wrote nothing in between.
-    wait_for_quiet_machine(p, identity).await;
+    wait_for_quiet(Duration::from_secs(p.quiet_secs), Some(identity)).await;
     let before = scrape(startup.addr).await;
     let floors_beside = Floors {
         write: write_floor_seen(&as_manager, &names, "beside").await,
@@ -138,7 +138,7 @@ pub async fn measure(
     if let Some(m) = manager_slot.as_mut() {
         m.terminate(Duration::from_secs(30)).await;
     }
-    wait_for_quiet_machine(p, identity).await;
+    wait_for_quiet(Duration::from_secs(p.quiet_secs), Some(identity)).await;
     let floor_after = write_floor_seen(&as_manager, &names, "after").await;
     let spec_floor_after = match t.carrier {
         Carrier::Hpa => spec_floors(&as_manager, &names).await,
@@ -184,7 +184,7 @@ async fn presence_reversed(
     names: &[String],
     manager_slot: &mut Option<Manager>,
 ) -> Option<Presence> {
-    wait_for_quiet_machine(p, &seat.identity).await;
+    wait_for_quiet(Duration::from_secs(p.quiet_secs), Some(&seat.identity)).await;
     let stopped = write_floor_seen(as_manager, names, "stopped-again").await;
     let deadline = Instant::now() + Duration::from_secs(60);
     let (addr, before) = match launch_manager(p, seat, t, manager_slot, deadline).await {
@@ -194,7 +194,7 @@ async fn presence_reversed(
             return None;
         }
     };
-    wait_for_quiet_machine(p, &seat.identity).await;
+    wait_for_quiet(Duration::from_secs(p.quiet_secs), Some(&seat.identity)).await;
     let running = write_floor_seen(as_manager, names, "running-again").await;
     let writes = scrape(addr)
         .await
@@ -285,7 +285,7 @@ async fn spec_floors(t: &Targets, names: &[String]) -> Option<(Floor, Floor)> {
     let open_work = WorkMark::end().await.since(&start);
     let open_kinds = kinds(t, names, began, |e| e.open);
     settle(t, names, crate::ACTION_MIN).await;
-    wait_for_idle_server().await;
+    wait_for_quiet(IDLE_SERVER_WAIT, None).await;
     let start = WorkMark::start().await;
     let began = Timestamp::now();
     let close = spec_floor(t, names, false).await;
@@ -448,40 +448,31 @@ async fn wait_for_keda_hpas(t: &Targets, n: usize) {
     }
 }
 
-/// Waits (up to `MOONIN_BENCH_QUIET_WAIT_SECS`) until no other scaling manager and no build
-/// runs on this machine, and the API server is idle (see [`IdleServer`]); goes on anyway
-/// after that.
-async fn wait_for_quiet_machine(p: &Params, identity: &str) {
+/// Waits (up to `limit`) until the API server is idle (see [`IdleServer`]) and, with
+/// `rivals_of` (this manager's identity), no other scaling manager and no build runs on this
+/// machine; goes on anyway after that.
+async fn wait_for_quiet(limit: Duration, rivals_of: Option<&str>) {
     let mut server = IdleServer::default();
-    let quiet = wait_until_quiet(
-        "a quiet machine (no other scaling manager, no build, an idle API server)",
-        Duration::from_secs(p.quiet_secs),
-        POLL,
-        || {
-            let busy = !rival_managers(identity).is_empty() || !builds().is_empty();
-            if busy {
-                return Some(machine_note(identity));
-            }
-            server.busy()
-        },
-    )
+    let what = match rivals_of {
+        Some(_) => "a quiet machine (no other scaling manager, no build, an idle API server)",
+        None => "an idle API server",
+    };
+    let quiet = wait_until_quiet(what, limit, POLL, || {
+        if let Some(identity) = rivals_of
+            && (!rival_managers(identity).is_empty() || !builds().is_empty())
+        {
+            return Some(machine_note(identity));
+        }
+        server.busy()
+    })
     .await;
     if let Err(e) = quiet {
         progress(&format!("{e}; going on, numbers may be noisy"));
     }
 }
 
-/// Waits (at most 2 minutes) until the API server is idle (see [`IdleServer`]).
-async fn wait_for_idle_server() {
-    let mut server = IdleServer::default();
-    let idle = wait_until_quiet("an idle API server", Duration::from_secs(120), POLL, || {
-        server.busy()
-    })
-    .await;
-    if let Err(e) = idle {
-        progress(&format!("{e}; going on, numbers may be noisy"));
-    }
-}
+/// How long [`wait_for_quiet`] waits for an idle API server alone.
+const IDLE_SERVER_WAIT: Duration = Duration::from_secs(120);
 
 /// Creates the templates, every one with a window from `open`.
 async fn create_templates(t: &Targets, p: &Params, open: Timestamp) -> Result<(), String> {

@@ -15,7 +15,7 @@ use kube::{
 };
 use moonin::{
     api::scaling::ScalingTemplate,
-    scaling::load::{last_writes, observation_wait},
+    scaling::{load::observation_wait, owners::last_writes},
 };
 use serde_json::json;
 use tokio::sync::Semaphore;

@@ -14,7 +14,7 @@ use moonin::{
         keda::ScaledObject,
         scaling::{ScalingTemplate, keys},
     },
-    scaling::load::{last_writes, status_after_spec},
+    scaling::owners::{last_writes, status_after_spec},
 };
 
 use crate::{
@@ -72,7 +72,7 @@ pub struct Seen {
     pub deployments: HashMap<String, Edges>,
     pub available: HashMap<String, i32>,
     /// Per HPA, the time of the last write outside its status and whether its controller
-    /// wrote the status after that (see [`moonin::scaling::load::status_after_spec`]).
+    /// wrote the status after that (see [`moonin::scaling::owners::status_after_spec`]).
     pub observed: HashMap<String, (Option<Timestamp>, bool)>,
     pub synced: [bool; 3],
     /// Template changes (new resourceVersions) seen after the initial list.

@@ -45,14 +45,20 @@ pub mod field_manager {
     /// Objects published by discovery.
     pub const DISCOVERY: &str = "moonin-discovery";
 
-    /// Whether `entry` owns the top-level spec field `field` (e.g. `replicas`, `template`):
-    /// `f:spec` holds `f:<field>` in its FieldsV1.
-    pub fn owns_spec(entry: &ManagedFieldsEntry, field: &str) -> bool {
+    /// Whether `entry` owns the field at `path`, given as FieldsV1 keys (e.g.
+    /// `["f:metadata", "f:annotations", "f:example.com/team"]`).
+    pub fn owns(entry: &ManagedFieldsEntry, path: &[&str]) -> bool {
         entry
             .fields_v1
             .as_ref()
-            .and_then(|f| f.0.get("f:spec"))
-            .is_some_and(|s| s.get(format!("f:{field}")).is_some())
+            .and_then(|f| path.iter().try_fold(&f.0, |v, k| v.get(*k)))
+            .is_some()
+    }
+
+    /// Whether `entry` owns the top-level spec field `field` (e.g. `replicas`, `template`):
+    /// `f:spec` holds `f:<field>` in its FieldsV1.
+    pub fn owns_spec(entry: &ManagedFieldsEntry, field: &str) -> bool {
+        owns(entry, &["f:spec", &format!("f:{field}")])
     }
 
     /// The `managedFields` entries of `meta` that own the spec field `field`.

@@ -29,6 +29,7 @@ use super::commit::{self, CONTROLLER, CommitError, Writer};
 use super::decide::{self, AutoscalerKind, TargetKey};
 use super::index::{Index, hpa_target, owner_uid, scaled_object_target};
 use super::load::{self, Stores, Template};
+use super::owners;
 use super::wire::WireDeployment;
 use crate::api::keda::ScaledObject;
 use crate::api::scaling::{ClusterScalingTemplate, ScalingTemplate, ScalingTemplateStatus};
@@ -60,7 +61,7 @@ fn watch_config() -> watcher::Config {
 }
 
 fn trim_hpa(h: &mut HorizontalPodAutoscaler) {
-    load::keep_autoscaler_reads(&mut h.metadata, AutoscalerKind::Hpa);
+    owners::keep_autoscaler_reads(&mut h.metadata, AutoscalerKind::Hpa);
     // Only whether the HPA controller has seen the current spec is read.
     let observed = h.status.as_ref().and_then(|s| s.observed_generation);
     h.status = observed.map(
@@ -76,7 +77,7 @@ fn trim_template<T: kube::Resource>(t: &mut T) {
 }
 
 fn trim_scaled_object(s: &mut ScaledObject) {
-    load::keep_autoscaler_reads(&mut s.metadata, AutoscalerKind::ScaledObject);
+    owners::keep_autoscaler_reads(&mut s.metadata, AutoscalerKind::ScaledObject);
 }
 
 /// Templates interested in a change to an object scaling (or being) `key` and carrying

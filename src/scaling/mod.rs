@@ -1,7 +1,8 @@
 //! Scheduled scaling: `ScalingTemplate` and `ClusterScalingTemplate`.
 //!
 //! Load (`load.rs`, from shared caches, through `index.rs`: where each template's marks
-//! are and what scales each target) → Decide (`decide.rs`, pure) → Commit
+//! are and what scales each target; `owners.rs`: who wrote what, from `managedFields`, and
+//! what the caches keep of it) → Decide (`decide.rs`, pure) → Commit
 //! (`commit.rs`, guarded writes); `window.rs` holds the pure window maths (over
 //! [`crate::cron`]),
 //! `controller.rs` the wiring, `schedule.rs` the `moonin schedule` command, `suggest/`
@@ -12,6 +13,7 @@ pub mod controller;
 pub mod decide;
 pub mod index;
 pub mod load;
+pub mod owners;
 pub mod schedule;
 pub mod suggest;
 pub mod window;

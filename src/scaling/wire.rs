@@ -5,7 +5,7 @@
 //! the annotations a decision reads; not the generation, which the API server moves with
 //! every annotation too), `spec.replicas`, and of `managedFields` the entry that last set
 //! `spec.replicas` and those that own Moonin's marks
-//! ([`super::load::keep_deployment_owners`]). Every status write of the Deployment
+//! ([`super::owners::keep_deployment_owners`]). Every status write of the Deployment
 //! controller (several per Deployment at each window edge, as its Pods come and go) sends
 //! the whole object to the watch, Pod template, status and every field manager's field set
 //! included. [`WireDeployment`] skips all of that unread instead of building it and
@@ -27,7 +27,7 @@ use serde::{
 };
 
 use super::decide::GUARDED_ANNOTATIONS;
-use super::load;
+use super::owners;
 
 /// A Deployment's metadata (its `managedFields` cut to the entry that owns `spec.replicas`,
 /// its annotations to those a decision reads) and its `spec.replicas`.
@@ -60,8 +60,8 @@ impl From<WireDeployment> for Deployment {
 /// without decoding the rest, and what its tests and `cargo bench --bench watch_decode`
 /// hold it to.
 pub fn cut(mut d: Deployment) -> Deployment {
-    load::keep_deployment_owners(&mut d.metadata);
-    load::keep_guarded_annotations(&mut d.metadata);
+    owners::keep_deployment_owners(&mut d.metadata);
+    owners::keep_guarded_annotations(&mut d.metadata);
     d.metadata.generation = None;
     d.spec = d.spec.map(|s| DeploymentSpec {
         replicas: s.replicas,
@@ -117,7 +117,7 @@ struct WireMeta {
     uid: Option<String>,
 }
 
-/// A `managedFields` entry, its field set read only for which of [`load::KEPT_OWNERS`] it
+/// A `managedFields` entry, its field set read only for which of [`owners::KEPT_OWNERS`] it
 /// owns.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -144,8 +144,8 @@ fn metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
         .map(|e| ManagedFieldsEntry {
             api_version: e.api_version,
             fields_type: e.fields_type,
-            fields_v1: Some(load::field_set(
-                load::KEPT_OWNERS
+            fields_v1: Some(owners::field_set(
+                owners::KEPT_OWNERS
                     .iter()
                     .enumerate()
                     .filter(|(i, _)| e.owns.0 & (1 << i) != 0)
@@ -175,11 +175,11 @@ fn metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
         self_link: w.self_link,
         uid: w.uid,
     };
-    load::keep_deployment_owners(&mut meta);
+    owners::keep_deployment_owners(&mut meta);
     Ok(meta)
 }
 
-/// The annotations a decision reads ([`load::keep_guarded_annotations`]), the others'
+/// The annotations a decision reads ([`owners::keep_guarded_annotations`]), the others'
 /// values (the last-applied configuration, a copy of the whole object that `kubectl apply`
 /// leaves, among them) skipped unread.
 fn annotations<'de, D: Deserializer<'de>>(
@@ -215,7 +215,7 @@ fn annotations<'de, D: Deserializer<'de>>(
     d.deserialize_option(Annotations)
 }
 
-/// Which of [`load::KEPT_OWNERS`]'s paths a `fieldsV1` field set owns, one bit each (the
+/// Which of [`owners::KEPT_OWNERS`]'s paths a `fieldsV1` field set owns, one bit each (the
 /// rest skipped unread).
 #[derive(Default)]
 struct Owns(u8);
@@ -279,7 +279,7 @@ impl<'de> Deserialize<'de> for Owns {
                 d.deserialize_any(self)
             }
         }
-        let paths = load::KEPT_OWNERS
+        let paths = owners::KEPT_OWNERS
             .iter()
             .enumerate()
             .map(|(i, p)| (1 << i, *p))
@@ -458,7 +458,7 @@ mod tests {
         }
         // The rollback's copy of a mark is read as such off the wire too.
         let rolled_back = wire(&deployment(rolled_back()));
-        assert!(load::copied_marks(&rolled_back.metadata));
+        assert!(owners::copied_marks(&rolled_back.metadata));
         assert_eq!(
             rolled_back
                 .metadata

@@ -47,6 +47,9 @@ pub struct ConfigView {
     /// `(key, manager)`: who owns each key's value, i.e. who set the value it has now
     /// (only keys whose owner is known; sorted).
     pub owners: Vec<(Box<str>, Box<str>)>,
+    /// `metadata.resourceVersion`: which write a change was seen at (it tells a change
+    /// repeated later from the same change seen again; see [`super::revision::name`]).
+    pub resource_version: Option<Box<str>>,
 }
 
 /// The process-local digest of one value: equal values give equal digests in this process,
@@ -122,6 +125,7 @@ pub fn config_map(c: &ConfigMap) -> ConfigView {
         data_hash: Some(data_hash(entries).into_boxed_str()),
         changed_by: last_manager(&c.metadata),
         owners: key_owners(&c.metadata),
+        resource_version: c.metadata.resource_version.as_deref().map(Box::from),
     }
 }
 
@@ -139,6 +143,7 @@ pub fn secret(s: &Secret) -> ConfigView {
         data_hash: None,
         changed_by: last_manager(&s.metadata),
         owners: key_owners(&s.metadata),
+        resource_version: s.metadata.resource_version.as_deref().map(Box::from),
     }
 }
 
@@ -158,6 +163,8 @@ pub struct ConfigState {
     pub changed_by: Option<String>,
     /// `(key, manager)`: who set each key's value (not published).
     pub owners: Vec<(String, String)>,
+    /// `metadata.resourceVersion` (not published).
+    pub resource_version: Option<String>,
 }
 
 /// The state of `source` as stored now (`None`: it does not exist).
@@ -177,6 +184,7 @@ pub fn state(source: &str, view: Option<&ConfigView>) -> ConfigState {
             .flat_map(|v| &v.owners)
             .map(|(k, m)| (k.to_string(), m.to_string()))
             .collect(),
+        resource_version: view.and_then(|v| v.resource_version.as_deref().map(str::to_string)),
     }
 }
 
@@ -199,6 +207,7 @@ pub fn restored(b: &ConfigBaseline) -> ConfigState {
         data_hash: b.data_hash.clone(),
         changed_by: None,
         owners: Vec::new(),
+        resource_version: None,
     }
 }
 
@@ -221,18 +230,41 @@ pub fn changes(before: &[ConfigState], after: &[ConfigState]) -> Vec<ConfigChang
         .collect()
 }
 
-/// `before` with the state of every source `after` has and it has not: such a source is
-/// measured from now on (a baseline an older version published, or a Secret whose
-/// tracking was just switched on). `None` when there is none to add.
+/// `before` with what it cannot measure from taken from `after`, measured from now on: the
+/// state of every source `after` has and it has not (a baseline an older version
+/// published, or a Secret whose tracking was just switched on), and the key digests of a
+/// published baseline (which holds none) where nothing says the data changed — the same
+/// keys and, for a ConfigMap, the same data hash. Without the digests every later value
+/// change would be unknown: a ConfigMap's told only as "changed while not watched", a
+/// Secret's (which has no data hash) not at all. `None` when there is nothing to add.
 pub fn fill(before: &[ConfigState], after: &[ConfigState]) -> Option<Vec<ConfigState>> {
+    let names = |s: &ConfigState| s.keys.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    let mut filled = false;
+    let mut all: Vec<ConfigState> = before
+        .iter()
+        .map(|b| match after.iter().find(|a| a.source == b.source) {
+            Some(a)
+                if b.keys.iter().any(|(_, d)| d.is_none())
+                    && a.keys.iter().all(|(_, d)| d.is_some())
+                    && (b.exists, names(b), &b.data_hash) == (a.exists, names(a), &a.data_hash) =>
+            {
+                filled = true;
+                ConfigState {
+                    keys: a.keys.clone(),
+                    ..b.clone()
+                }
+            }
+            _ => b.clone(),
+        })
+        .collect();
     let new: Vec<&ConfigState> = after
         .iter()
         .filter(|a| !before.iter().any(|b| b.source == a.source))
         .collect();
-    if new.is_empty() {
+    if new.is_empty() && !filled {
         return None;
     }
-    let mut all: Vec<ConfigState> = before.iter().chain(new).cloned().collect();
+    all.extend(new.into_iter().cloned());
     all.sort_by(|a, b| a.source.cmp(&b.source));
     Some(all)
 }

@@ -123,6 +123,47 @@ fn against_a_published_baseline_only_the_data_hash_says_values_changed() {
     assert!(describe(&c[0]).contains("keys c changed, other data changed while not watched"));
 }
 
+/// After a restart the baseline is the published one, without key digests: where nothing
+/// says the data changed meanwhile, `fill` takes the digests of what is stored now, so that
+/// the next edit names its keys (a Secret's would otherwise not be seen at all).
+#[test]
+fn a_published_baseline_takes_the_digests_of_unchanged_data() {
+    let s: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "db", "namespace": "shop"},
+        "data": {"password": "aHVudGVyMg==", "user": "YWRtaW4="},
+    }))
+    .unwrap();
+    let now = vec![state("Secret/db", Some(&secret(&s)))];
+    let from_inventory: Vec<ConfigState> = now.iter().map(|s| restored(&published(s))).collect();
+    let rotated = {
+        let mut r = s.clone();
+        r.data
+            .get_or_insert_default()
+            .insert("password".into(), ByteString(b"hunter3".to_vec()));
+        vec![state("Secret/db", Some(&secret(&r)))]
+    };
+    // Without the digests a Secret's rotation is not seen at all.
+    assert!(changes(&from_inventory, &rotated).is_empty());
+    let filled = fill(&from_inventory, &now).expect("digests taken");
+    assert!(changes(&filled, &now).is_empty(), "nothing changed yet");
+    assert_eq!(changes(&filled, &rotated)[0].keys, ["password"]);
+    assert_eq!(fill(&filled, &now), None, "nothing more to take");
+
+    // A ConfigMap: the same, and its next edit is no longer "changed while not watched".
+    let was = measured(&config_map(&cm(json!({"a": "1", "b": "2"}))));
+    let from_inventory: Vec<ConfigState> = was.iter().map(|s| restored(&published(s))).collect();
+    let filled = fill(&from_inventory, &was).expect("digests taken");
+    let edited = measured(&config_map(&cm(json!({"a": "10", "b": "2"}))));
+    let c = changes(&filled, &edited);
+    assert_eq!(
+        (c[0].keys.as_slice(), c[0].keys_unknown),
+        (["a".to_string()].as_slice(), false)
+    );
+    // Changed while no process watched: the digests are not taken, the change is reported.
+    assert_eq!(fill(&from_inventory, &edited), None);
+    assert!(changes(&from_inventory, &edited)[0].keys_unknown);
+}
+
 #[test]
 fn a_deleted_config_map_is_a_change_and_an_unmeasured_one_is_none() {
     let was = measured(&config_map(&cm(json!({"a": "1"}))));

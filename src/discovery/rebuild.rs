@@ -12,6 +12,7 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::{
+    config,
     dirty::Dirty,
     errors::namespace_being_deleted,
     history::Open,
@@ -38,6 +39,10 @@ pub struct RebuildState {
     pub reported: ReportedSignals,
     /// The API server's version.
     pub probe: ApiProbe,
+    /// Whether the Deployments that refer to Secrets were measured with the Secrets readable
+    /// since they last were not (the Secrets watch lists after the other caches, and only
+    /// while Secret changes are tracked).
+    pub secrets_measured: bool,
 }
 
 /// Failures in a row, and the wait they call for: 1, 2, 4 … 64 s.
@@ -155,11 +160,16 @@ pub async fn rebuild(
             changes.push(d);
         }
     }
-    let workloads = record::by_workload(changes, &live, &excluded);
     let secrets_readable = cd.spec.secret_changes.enabled
         && shared.secret_access.denied().is_none()
         && shared.stores.secrets.synced();
+    let remeasured = newly_readable_secrets(shared, state, secrets_readable);
+    if !full {
+        changes.extend(remeasured);
+    }
+    let workloads = record::by_workload(changes, &live, &excluded);
     record::record_all(shared, workloads, helm_enabled, secrets_readable).await?;
+    state.secrets_measured = secrets_readable;
 
     // Each namespace is planned in turn (the signals' Events and the totals are this loop's
     // alone), and up to `WRITERS` of the plans are written at once: a full rebuild writes
@@ -170,6 +180,7 @@ pub async fn rebuild(
         written,
         reported,
         probe,
+        ..
     } = state;
     let written = &*written;
     let mut unwritten = BTreeSet::new();
@@ -218,6 +229,36 @@ pub async fn rebuild(
 /// The Deployments that refer to a ConfigMap or Secret of `configs`
 /// (`(namespace, "ConfigMap/<name>")`), as they are now: their configuration is measured
 /// again.
+/// When the Secrets have become readable since the last rebuild (see
+/// [`RebuildState::secrets_measured`]): every Deployment that refers to a Secret, to be
+/// measured now, so that its baseline takes what the Secrets hold (`config::fill`) and
+/// their next change is seen.
+fn newly_readable_secrets(
+    shared: &Shared,
+    state: &RebuildState,
+    readable: bool,
+) -> Vec<std::sync::Arc<super::view::DeploymentView>> {
+    if !readable || state.secrets_measured {
+        return Vec::new();
+    }
+    let referring: Vec<_> = shared
+        .stores
+        .deployments
+        .all()
+        .into_iter()
+        .filter(|d| {
+            d.config_refs
+                .iter()
+                .any(|r| config::name_of(r, config::SECRET).is_some())
+        })
+        .collect();
+    tracing::info!(
+        deployments = referring.len(),
+        "Secret changes tracked from now on"
+    );
+    referring
+}
+
 fn referring(
     shared: &Shared,
     configs: &BTreeSet<(String, String)>,

@@ -88,7 +88,7 @@ pub fn plan(
         .map(|r| r.name.clone())
         .collect();
     let record = revision::change(before, after, helm, now).map(|spec| {
-        let name = revision::name(&after.name, &spec);
+        let name = revision::name(&after.name, &spec, &revision::occurrence(after, &spec));
         let mut all: Vec<(String, Timestamp)> = existing
             .iter()
             .map(|r| (r.name.clone(), r.observed_at))
@@ -194,6 +194,12 @@ async fn record(
             shared.baselines.set(&b);
             b
         });
+    // Secrets not readable (yet): what the baseline holds of those still referred to stays
+    // in the next baseline, to be measured from once they are.
+    let after = &match &before {
+        Some(b) if !secrets_readable => with_unread_secrets(b, after),
+        _ => after.clone(),
+    };
     let now = Timestamp::now();
     let helm = match (&after.helm_release, helm_enabled) {
         (Some(release), true) => helm_secrets::releases(
@@ -315,6 +321,31 @@ fn with_configs(
     if configs.is_empty() {
         return after.clone();
     }
+    Arc::new(DeploymentView {
+        configs,
+        ..(**after).clone()
+    })
+}
+
+/// `after` with the state `before` holds of each Secret `after` still refers to but holds
+/// nothing of (its Secrets could not be read).
+fn with_unread_secrets(
+    before: &DeploymentView,
+    after: &Arc<DeploymentView>,
+) -> Arc<DeploymentView> {
+    let unread: Vec<&config::ConfigState> = before
+        .configs
+        .iter()
+        .filter(|s| config::name_of(&s.source, config::SECRET).is_some())
+        .filter(|s| after.config_refs.contains(&s.source))
+        .filter(|s| !after.configs.iter().any(|a| a.source == s.source))
+        .collect();
+    if unread.is_empty() {
+        return after.clone();
+    }
+    let mut configs: Vec<config::ConfigState> =
+        after.configs.iter().chain(unread).cloned().collect();
+    configs.sort_by(|a, b| a.source.cmp(&b.source));
     Arc::new(DeploymentView {
         configs,
         ..(**after).clone()
@@ -462,6 +493,48 @@ mod tests {
         }
     }
 
+    /// While Secrets cannot be read, a record's new baseline keeps what the old one held of
+    /// the Secrets still referred to (the published state after a restart), so that they are
+    /// measured from it once they can be read; a Secret no longer referred to is dropped.
+    #[test]
+    fn a_baseline_keeps_the_secrets_it_could_not_read() {
+        let state = |source: &str, key: &str| config::ConfigState {
+            source: source.into(),
+            exists: true,
+            keys: vec![(key.into(), None)],
+            ..Default::default()
+        };
+        let before = DeploymentView {
+            config_refs: vec![
+                "ConfigMap/app".into(),
+                "Secret/db".into(),
+                "Secret/old".into(),
+            ],
+            configs: vec![
+                state("ConfigMap/app", "a"),
+                state("Secret/db", "password"),
+                state("Secret/old", "token"),
+            ],
+            ..web(3, "app:3")
+        };
+        let after = Arc::new(DeploymentView {
+            config_refs: vec!["ConfigMap/app".into(), "Secret/db".into()],
+            configs: vec![state("ConfigMap/app", "b")],
+            ..web(3, "app:3")
+        });
+        let kept = with_unread_secrets(&before, &after);
+        assert_eq!(
+            kept.configs,
+            vec![state("ConfigMap/app", "b"), state("Secret/db", "password")]
+        );
+        // Read: nothing to keep.
+        let read = Arc::new(DeploymentView {
+            configs: vec![state("ConfigMap/app", "b"), state("Secret/db", "user")],
+            ..(*after).clone()
+        });
+        assert_eq!(with_unread_secrets(&before, &read), read);
+    }
+
     fn rec(name: &str, workload: &str, revision: i64, reason: Option<&str>) -> RevView {
         RevView {
             name: name.into(),
@@ -525,7 +598,7 @@ mod tests {
             RecordPlan {
                 unmarked: vec![],
                 record: Some(NewRecord {
-                    name: revision::name("web", &spec),
+                    name: revision::name("web", &spec, &revision::occurrence(&after, &spec)),
                     spec,
                     prune: vec![],
                 }),
@@ -565,7 +638,7 @@ mod tests {
             RecordPlan {
                 unmarked: vec![],
                 record: Some(NewRecord {
-                    name: revision::name("web", &spec),
+                    name: revision::name("web", &spec, &revision::occurrence(&after, &spec)),
                     spec,
                     prune: vec!["web-r1".into()],
                 }),

@@ -154,18 +154,18 @@ pub fn change(
 /// The object name of a revision record: `<deployment>-r<revision>-<hash>`, lowercase and a
 /// valid DNS subdomain of at most 253 characters.
 ///
-/// The hash covers the deployment name and what changed (workload, revision, summary,
-/// images, replicas, config references, template hash), not `observedAt`, `changedBy` or the
-/// Helm release: a restarted manager that re-derives the same change gets the same name, and
-/// `create` answers AlreadyExists instead of writing a duplicate. (The same change repeated
-/// at the same revision, such as replicas going 3 → 5 twice, shares a name too; the second
-/// is then taken as already recorded.)
+/// The hash covers the deployment name, what changed (workload, revision, summary, images,
+/// replicas, config references, template hash) and the write it was seen at (`occurrence`,
+/// [`occurrence`]), not `observedAt`, `changedBy` or the Helm release: a restarted manager
+/// that re-derives the same change gets the same name, and `create` answers AlreadyExists
+/// instead of writing a duplicate, while the same change made again (replicas going 3 → 5
+/// twice, a Secret's key rotated twice) is a write of its own and a record of its own.
 ///
 /// A long deployment name is cut to fit; the hash, which covers the full name, keeps two
 /// names with a common prefix apart. A deployment name that is not a DNS subdomain (the API
 /// server never gives one) is replaced by `workload`.
-pub fn name(deployment: &str, spec: &WorkloadRevisionSpec) -> String {
-    let hash = content_hash(deployment, spec);
+pub fn name(deployment: &str, spec: &WorkloadRevisionSpec, occurrence: &str) -> String {
+    let hash = content_hash(deployment, spec, occurrence);
     let suffix = format!("-r{}-{}", spec.revision, &hash[..NAME_HASH_DIGITS]);
     let base = if is_dns_subdomain(deployment) {
         deployment
@@ -289,7 +289,25 @@ fn truncate(mut summary: String) -> String {
 /// SHA-256, in hex, of the identifying content of a record. Every field is length-prefixed
 /// (options and lists with a marker or count) so that no two different contents feed the
 /// same bytes.
-fn content_hash(deployment: &str, spec: &WorkloadRevisionSpec) -> String {
+/// Which writes a change recorded by `spec` was seen at: the Deployment's generation (every
+/// change of its spec moves it) and the resourceVersion of each ConfigMap or Secret whose
+/// content `spec` lists as changed. The same for a change seen again; another for the same
+/// change made again.
+pub fn occurrence(after: &DeploymentView, spec: &WorkloadRevisionSpec) -> String {
+    let mut out = format!("generation {}", after.generation);
+    for c in &spec.config_changes {
+        let rv = after
+            .configs
+            .iter()
+            .find(|s| s.source == c.source)
+            .and_then(|s| s.resource_version.as_deref())
+            .unwrap_or_default();
+        out.push_str(&format!("; {} at {rv}", c.source));
+    }
+    out
+}
+
+fn content_hash(deployment: &str, spec: &WorkloadRevisionSpec, occurrence: &str) -> String {
     fn text(h: &mut Sha256, s: &str) {
         h.update((s.len() as u64).to_le_bytes());
         h.update(s.as_bytes());
@@ -338,6 +356,7 @@ fn content_hash(deployment: &str, spec: &WorkloadRevisionSpec) -> String {
         h.update([u8::from(c.keys_unknown), u8::from(c.deleted)]);
         maybe(&mut h, c.data_hash.as_deref());
     }
+    text(&mut h, occurrence);
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 

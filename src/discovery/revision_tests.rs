@@ -181,7 +181,10 @@ fn a_config_map_data_change_is_a_revision_naming_the_keys_but_no_rollout() {
         serde_json::json!({"LOG": "warn", "DB_PASSWORD": "a"}),
     );
     let c2 = change(Some(&after), &again, None, now()).unwrap();
-    assert_ne!(name("shop", &c), name("shop", &c2));
+    assert_ne!(
+        name("shop", &c, "generation 2"),
+        name("shop", &c2, "generation 2")
+    );
     // The same data: nothing.
     assert_eq!(change(Some(&after), &after.clone(), None, now()), None);
 }
@@ -344,15 +347,63 @@ fn name_is_deterministic_and_ignores_time_changer_and_helm() {
         chart: "shop".into(),
         version: "1.0.0".into(),
     });
-    let n = name("shop", &a);
-    assert_eq!(n, name("shop", &b));
+    let n = name("shop", &a, "generation 2");
+    assert_eq!(n, name("shop", &b, "generation 2"));
     assert!(n.starts_with("shop-r4-"), "{n}");
     assert_eq!(n.len(), "shop-r4-".len() + NAME_HASH_DIGITS);
 
     let mut other = a.clone();
     other.replicas = Some(ReplicasChange { from: 3, to: 5 });
-    assert_ne!(n, name("shop", &other));
-    assert_ne!(n, name("shop", &spec(5, &a.summary)));
+    assert_ne!(n, name("shop", &other, "generation 2"));
+    assert_ne!(n, name("shop", &spec(5, &a.summary), "generation 2"));
+}
+
+/// A change seen again (a restarted manager re-deriving it) keeps its name; the same change
+/// made again (a Secret's key rotated twice at one Deployment revision, replicas 3 → 5
+/// twice) is another write, and gets a name of its own instead of being taken as recorded.
+#[test]
+fn the_same_change_made_again_gets_a_name_of_its_own() {
+    let mut rotated = spec(4, "Secret/db keys password changed");
+    rotated.config_changes = vec![crate::api::discovery::ConfigChange {
+        source: "Secret/db".into(),
+        keys: vec!["password".into()],
+        ..Default::default()
+    }];
+    let at = |generation: i64, rv: &str| DeploymentView {
+        generation,
+        configs: vec![
+            config::ConfigState {
+                source: "Secret/db".into(),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            config::ConfigState {
+                source: "ConfigMap/other".into(),
+                resource_version: Some("900".into()),
+                ..Default::default()
+            },
+        ],
+        ..DeploymentView::default()
+    };
+    let first = occurrence(&at(7, "41"), &rotated);
+    assert_eq!(
+        first, "generation 7; Secret/db at 41",
+        "only the sources it lists"
+    );
+    let n = name("shop", &rotated, &first);
+    assert_eq!(
+        n,
+        name("shop", &rotated, &occurrence(&at(7, "41"), &rotated))
+    );
+    assert_ne!(
+        n,
+        name("shop", &rotated, &occurrence(&at(7, "58"), &rotated))
+    );
+    let scaled = spec(4, "replicas 3 → 5");
+    assert_ne!(
+        name("shop", &scaled, &occurrence(&at(7, "41"), &scaled)),
+        name("shop", &scaled, &occurrence(&at(9, "41"), &scaled))
+    );
 }
 
 #[test]
@@ -360,7 +411,10 @@ fn long_names_are_cut_and_kept_apart_by_the_hash() {
     let s = spec(12, "template changed (revision 12)");
     let long_a = format!("{}a", "x".repeat(252));
     let long_b = format!("{}b", "x".repeat(252));
-    let (a, b) = (name(&long_a, &s), name(&long_b, &s));
+    let (a, b) = (
+        name(&long_a, &s, "generation 2"),
+        name(&long_b, &s, "generation 2"),
+    );
     assert_eq!(a.len(), NAME_MAX);
     assert!(is_valid(&a) && is_valid(&b), "{a} {b}");
     assert_ne!(a, b);
@@ -369,7 +423,7 @@ fn long_names_are_cut_and_kept_apart_by_the_hash() {
     // '.' backs off to the letter before it.
     for sep in ['-', '.'] {
         let deployment = format!("{}{sep}{}", "a".repeat(237), "b".repeat(15));
-        let n = name(&deployment, &s);
+        let n = name(&deployment, &s, "generation 2");
         assert!(n.starts_with(&format!("{}-r12-", "a".repeat(237))), "{n}");
         assert!(is_valid(&n), "{n}");
     }
@@ -443,9 +497,9 @@ proptest! {
         let mut s = spec(revision, "x");
         s.workload.name = deployment.clone();
         s.images = vec![image("app", Some(&from), Some(&to))];
-        let n = name(&deployment, &s);
+        let n = name(&deployment, &s, "generation 2");
         prop_assert!(is_valid(&n), "{n}");
-        prop_assert_eq!(n.clone(), name(&deployment, &s.clone()));
+        prop_assert_eq!(n.clone(), name(&deployment, &s.clone(), "generation 2"));
         if deployment.len() + 2 + 19 + 1 + NAME_HASH_DIGITS <= NAME_MAX {
             prop_assert!(n.starts_with(&format!("{deployment}-r{revision}-")), "{n}");
         }
@@ -453,7 +507,7 @@ proptest! {
 
     #[test]
     fn names_are_valid_for_any_input(deployment in ".{0,300}", revision in any::<i64>()) {
-        let n = name(&deployment, &spec(revision, "x"));
+        let n = name(&deployment, &spec(revision, "x"), "generation 2");
         prop_assert!(is_valid(&n), "{n}");
     }
 }

@@ -407,7 +407,7 @@ fn secrets(
     projections_with(
         events,
         config::secret,
-        Box::new(move |c| pending.mark(config_changed(config::SECRET, c))),
+        Box::new(move |c| pending.mark(secret_changed(c))),
     )
 }
 
@@ -415,6 +415,16 @@ fn secrets(
 /// (the rebuild finds them). Its first listing marks nothing: a full rebuild follows it.
 fn config_map_changed(c: Change<'_, ConfigView>) -> Mark {
     config_changed(config::CONFIG_MAP, c)
+}
+
+/// A Secret whose content changed: as a ConfigMap. Its first listing comes after the other
+/// caches' (the watch starts once Secret changes are tracked and may be read), so it asks
+/// for a rebuild of its own, which measures every Deployment that refers to a Secret.
+fn secret_changed(c: Change<'_, ConfigView>) -> Mark {
+    match c {
+        Change::Synced => Mark::cluster(),
+        c => config_changed(config::SECRET, c),
+    }
 }
 
 /// A ConfigMap or Secret (`kind`) whose content changed.

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
-    runtime::controller::Action,
+    runtime::{controller::Action, reflector::ObjectRef},
 };
 use serde_json::{Value, json};
 
@@ -24,7 +24,7 @@ use super::shared::Shared;
 use super::writer::{RETRY, SandboxError, Writer, guarded_delete, json_patch, params};
 
 use super::env::{EnvStatusPlan, PoolApply};
-use super::load::Now;
+use super::load::{self, Now};
 use super::memory::ClaimRef;
 use super::pool::{self, Counts, PodOp, keys};
 use crate::api::conditions::types;
@@ -193,7 +193,15 @@ impl<'a> PodWriter<'a> {
                 let held = (claim.clone(), claim_uid.clone());
                 self.bind(pod, resource_version, ip, held).await
             }
-            PodOp::FinishBind { pod, ip, claim } => self.bind_claim(claim, pod, ip.clone()).await,
+            PodOp::FinishBind {
+                pod,
+                ip,
+                claim,
+                claim_uid,
+            } => {
+                let held = (claim.clone(), claim_uid.clone());
+                self.bind_claim(&held, pod, ip.clone()).await
+            }
             PodOp::Unclaim {
                 pod,
                 resource_version,
@@ -281,10 +289,9 @@ impl<'a> PodWriter<'a> {
             .await
         {
             Ok(_) => {
-                let claim = claim.clone();
                 let in_flight = &self.ctx.memory.in_flight;
-                in_flight.pod_bound(self.key, pod, held, self.now.mono);
-                self.bind_claim(&claim, pod, Some(ip.to_string())).await
+                in_flight.pod_bound(self.key, pod, held.clone(), self.now.mono);
+                self.bind_claim(&held, pod, Some(ip.to_string())).await
             }
             Err(e) if is_conflict(&e) => false,
             Err(e) => {
@@ -296,23 +303,27 @@ impl<'a> PodWriter<'a> {
 
     /// Writes a claim's status as bound to `pod`, guarded by the claim's resourceVersion so
     /// a claim is never moved from one Pod to another, and remembers the write until the
-    /// claim cache shows it.
-    async fn bind_claim(&self, claim: &str, pod: &str, ip: Option<String>) -> bool {
+    /// claim cache shows it. Not when the claim is bound already: another Pool of its
+    /// Env's group, planning from a cache that still showed it Pending, may have bound it
+    /// first (the guard alone would pass if this Pool's cache showed that bind already);
+    /// the Pod this Pool marked for it is then freed at its next pass.
+    async fn bind_claim(&self, held: &ClaimRef, pod: &str, ip: Option<String>) -> bool {
         let (ctx, ns, now) = (self.ctx, self.ns.as_str(), self.now);
+        let (claim, uid) = (held.0.as_str(), held.1.as_str());
         // The freshest cached claim: its resourceVersion guards the write, and the claim
         // reconciler may have written its status since Load.
-        let Some(c) = ctx
-            .stores
-            .claims
-            .state()
-            .into_iter()
-            .find(|c| c.name_any() == claim && c.namespace().as_deref() == Some(ns))
-        else {
+        let Some(c) = ctx.stores.claims.get(&ObjectRef::new(claim).within(ns)) else {
             // Deleted meanwhile: the pool releases the Pod.
             return true;
         };
-        let uid = c.uid().unwrap_or_default();
-        let seen = ctx.memory.first_seen.take(&uid);
+        if c.uid().as_deref() != Some(uid) {
+            // Deleted and made again under its name: the pool releases the Pod.
+            return true;
+        }
+        if !load::claim_view(&c).pending() {
+            return false;
+        }
+        let seen = ctx.memory.first_seen.take(uid);
         let start = pool::wait_start(seen, c.creation_timestamp().map(|t| t.0), now.wall);
         let wait = now.wall.duration_since(start).as_millis().max(0) as i64;
         let current = c.status.clone().unwrap_or_default();
@@ -334,7 +345,7 @@ impl<'a> PodWriter<'a> {
         }
         ctx.memory
             .in_flight
-            .claim_bound(self.key, &uid, pod, now.mono);
+            .claim_bound(self.key, uid, pod, now.mono);
         let note = format!("bound to sandbox Pod {pod} after {wait} ms");
         ctx.writer
             .event(&c.object_ref(&()), false, "Bound", &note)

@@ -23,7 +23,7 @@ use kube::{
     },
 };
 
-use super::load::{Stores, claim_targets};
+use super::load::{Stores, claim_of, claim_targets};
 use super::memory::Memory;
 use super::pool::keys;
 use super::shared::Shared;
@@ -221,6 +221,16 @@ fn pod_to_pool(tx: UnboundedSender<ObjectRef<SandboxPool>>) -> cache::Trigger<Po
     })
 }
 
+/// A change of a claimed Pod, its deletion above all, reconciles the claim it names: a
+/// Bound claim whose Pod is gone fails (`PodLost`) at once, not at its next resync.
+fn pod_to_claim(tx: UnboundedSender<ObjectRef<SandboxClaim>>) -> cache::Trigger<Pod> {
+    Box::new(move |p: &Pod| {
+        if let (Some((claim, _)), Some(ns)) = (claim_of(p), p.namespace()) {
+            let _ = tx.unbounded_send(ObjectRef::new(claim).within(&ns));
+        }
+    })
+}
+
 /// A claim change reconciles every Pool it may bind from.
 fn claim_to_pools(
     tx: UnboundedSender<ObjectRef<SandboxPool>>,
@@ -272,7 +282,10 @@ fn caches(
         client.clone(),
         watcher::Config::default().labels(keys::POOL).page_size(500),
         trim_pod,
-        vec![pod_to_pool(tx.pools.clone())],
+        vec![
+            pod_to_pool(tx.pools.clone()),
+            pod_to_claim(tx.claims.clone()),
+        ],
     );
     let (claims, claim_drive) = cache::cache::<SandboxClaim>(
         client.clone(),

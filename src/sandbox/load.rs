@@ -2,7 +2,7 @@
 //! (plus a direct read where a lagging cache would mislead: a bound claim's Pod, an Env's
 //! Pool), and the one reading of the clock per reconcile ([`Now`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
@@ -96,6 +96,11 @@ fn parse_time(s: Option<&String>) -> Option<Timestamp> {
     s?.parse().ok()
 }
 
+/// The claim a Pod is claimed by, `(name, uid)`, from its `moonin.io/claim` mark.
+pub fn claim_of(p: &Pod) -> Option<(&str, &str)> {
+    p.annotations().get(keys::CLAIM)?.split_once('/')
+}
+
 fn pod_view(p: &Pod) -> PodView {
     let status = p.status.as_ref();
     let ready = status
@@ -103,10 +108,7 @@ fn pod_view(p: &Pod) -> PodView {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
     let phase = status.and_then(|s| s.phase.as_deref());
     let annotations = p.annotations();
-    let claim = annotations
-        .get(keys::CLAIM)
-        .and_then(|v| v.split_once('/'))
-        .map(|(n, u)| (n.to_string(), u.to_string()));
+    let claim = claim_of(p).map(|(n, u)| (n.to_string(), u.to_string()));
     let since = parse_time(annotations.get(keys::STATE_SINCE))
         .or_else(|| p.creation_timestamp().map(|t| t.0))
         .unwrap_or(Timestamp::UNIX_EPOCH);
@@ -126,7 +128,8 @@ fn pod_view(p: &Pod) -> PodView {
     }
 }
 
-fn claim_view(c: &SandboxClaim) -> ClaimView {
+/// What the pool planner reads of a claim.
+pub fn claim_view(c: &SandboxClaim) -> ClaimView {
     let status = c.status.clone().unwrap_or_default();
     ClaimView {
         name: c.name_any(),
@@ -265,7 +268,25 @@ pub fn pool(stores: &Stores, memory: &Memory, pool: &SandboxPool) -> PoolLoad {
         })
         .map(|c| ObjectRef::from_obj(c.as_ref()))
         .collect();
-    let mut claims: Vec<ClaimView> = targeting.iter().map(|c| claim_view(c)).collect();
+    // And the claims this Pool's Pods hold that no longer target it (their Env's member moved
+    // to another scaling group): still bound here, not deleted.
+    let named: BTreeSet<&(String, String)> =
+        views.iter().filter_map(|v| v.claim.as_ref()).collect();
+    let held: Vec<Arc<SandboxClaim>> = named
+        .into_iter()
+        .filter(|(_, uid)| !targeting.iter().any(|c| c.uid().as_deref() == Some(uid)))
+        .filter_map(|(name, uid)| {
+            stores
+                .claims
+                .get(&ObjectRef::new(name).within(&ns))
+                .filter(|c| c.uid().as_deref() == Some(uid.as_str()))
+        })
+        .collect();
+    let mut claims: Vec<ClaimView> = targeting
+        .iter()
+        .chain(&held)
+        .map(|c| claim_view(c))
+        .collect();
     memory
         .in_flight
         .overlay(&key, &mut views, &mut claims, now.mono);
@@ -673,5 +694,47 @@ mod tests {
             .in_flight
             .deleted("ns/p", "a", "a-uid", tokio::time::Instant::now());
         assert_eq!(deletes(&memory), (vec![], 2));
+    }
+
+    /// A claim bound through its Env's scaling group keeps its Pod when the Env's member
+    /// moves to another group: the claim no longer targets the Pool, but its Pod holds it.
+    #[test]
+    fn a_bound_claim_keeps_its_pod_when_its_pool_leaves_the_claims_group() {
+        let pool: SandboxPool = serde_json::from_value(json!({
+            "metadata": {
+                "name": "p", "namespace": "ns",
+                "ownerReferences": [{
+                    "apiVersion": "moonin.io/v1alpha1", "kind": "SandboxEnv", "name": "e",
+                    "uid": "e-uid", "controller": true,
+                }],
+            },
+            "spec": { "replicas": 2, "template": {}, "recyclePolicy": "Replace", "scalingGroup": "fast" },
+        }))
+        .expect("pool");
+        let claim: SandboxClaim = serde_json::from_value(json!({
+            "metadata": { "name": "c", "namespace": "ns", "uid": "c-uid", "resourceVersion": "7" },
+            "spec": { "envRef": { "name": "e", "group": "slow" } },
+            "status": { "phase": "Bound", "podName": "a" },
+        }))
+        .expect("claim");
+        assert!(
+            !claim_targets(&claim, &pool),
+            "the member moved to another group"
+        );
+        let mut held = pod("a", false);
+        held.annotations_mut()
+            .insert(keys::CLAIM.to_string(), "c/c-uid".to_string());
+        let stores = Stores {
+            pods: store(vec![held, pod("b", false)]),
+            claims: store(vec![claim]),
+            pools: store(vec![pool.clone()]),
+            envs: store(vec![]),
+            quotas: store(vec![]),
+        };
+        let load = super::pool(&stores, &Memory::default(), &pool);
+        let snap = load.plan_input(&pool, pool.spec.replicas, load.views.clone());
+        let plan = pool::plan(&snap, || "fresh".to_string());
+        assert_eq!(plan.ops, vec![], "nothing released, nothing created");
+        assert_eq!((plan.counts.claimed, plan.counts.idle), (1, 1));
     }
 }

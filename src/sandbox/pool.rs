@@ -85,7 +85,8 @@ pub struct ClaimView {
 }
 
 impl ClaimView {
-    fn pending(&self) -> bool {
+    /// Not bound yet: no phase or `Pending`, and no Pod named.
+    pub fn pending(&self) -> bool {
         matches!(self.phase.as_deref(), None | Some("Pending")) && self.pod_name.is_none()
     }
 }
@@ -135,6 +136,8 @@ pub enum PodOp {
         ip: Option<String>,
         /// Claim name.
         claim: String,
+        /// Claim UID.
+        claim_uid: String,
     },
     /// Return a claimed Pod to idle (`Reuse`, or a binding that lost a race).
     Unclaim {
@@ -273,6 +276,7 @@ fn triage<'a>(snap: &'a PoolSnapshot, ops: &mut Vec<PodOp>) -> (Vec<&'a PodView>
                         pod: pod.name.clone(),
                         ip: pod.ip.clone(),
                         claim: claim_name.clone(),
+                        claim_uid: claim_uid.clone(),
                     });
                     held.push(&c.uid);
                     false

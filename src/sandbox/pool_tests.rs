@@ -149,7 +149,8 @@ fn a_pod_bind_without_its_claim_write_is_finished_not_redone() {
         vec![PodOp::FinishBind {
             pod: "a".into(),
             ip: Some("10.0.0.1".into()),
-            claim: "c1".into()
+            claim: "c1".into(),
+            claim_uid: "c1-uid".into()
         }]
     );
 }
@@ -274,7 +275,8 @@ fn a_crash_between_the_pod_and_the_claim_write_is_finished() {
         vec![PodOp::FinishBind {
             pod: "a".into(),
             ip: Some("10.0.0.1".into()),
-            claim: "c".into()
+            claim: "c".into(),
+            claim_uid: "c-uid".into()
         }]
     );
     assert_eq!(p.queued, 0);
@@ -367,7 +369,8 @@ fn two_pods_naming_one_pending_claim_finish_one_bind_and_free_the_other() {
             PodOp::FinishBind {
                 pod: "a".into(),
                 ip: Some("10.0.0.1".into()),
-                claim: "c".into()
+                claim: "c".into(),
+                claim_uid: "c-uid".into()
             },
             PodOp::Unclaim {
                 pod: "b".into(),

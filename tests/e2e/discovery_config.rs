@@ -20,7 +20,7 @@ use crate::scaling::Rig;
 
 /// Values that must never leave the process: each is distinctive enough that finding it
 /// anywhere is a leak.
-const VALUES: [&str; 7] = [
+const VALUES: [&str; 9] = [
     "e2e-log-level-quiet-4f1c",
     "e2e-Db-Passw0rd-first-9a7e",
     "e2e-log-level-loud-77d2",
@@ -28,6 +28,8 @@ const VALUES: [&str; 7] = [
     "e2e-feature-flag-on-51aa",
     "e2e-Api-T0ken-first-e5d0",
     "e2e-Api-T0ken-second-38bf",
+    "e2e-Api-T0ken-third-a61d",
+    "e2e-log-level-verbose-d9e4",
 ];
 
 /// Applies Secret `api-token` (key `token`) as field manager `manager`.
@@ -229,6 +231,62 @@ async fn a_config_map_edit_is_a_revision_listing_the_keys_and_no_value_goes_anyw
             .contains("data changed while not watched"),
         "{}",
         offline.spec.summary
+    );
+
+    // Watched again from the baseline found at start: the next edits name their keys, the
+    // Secret's too (it has no data hash to tell a change by), and rotating its key a second
+    // time at the same Deployment revision is a record of its own, not taken as the first.
+    // The Secrets watch lists after the other caches; once it has, the Deployments that refer
+    // to a Secret are measured (a value changed before that is not known: the published
+    // baseline holds no digest of a Secret).
+    wait_for(
+        "the Secrets measured after the restart",
+        Duration::from_secs(30),
+        || async {
+            let log = rig.manager.as_ref().expect("manager").log_text();
+            log.contains("Secret changes tracked from now on")
+                .then_some(())
+        },
+    )
+    .await;
+    apply_secret(&rig, "e2e-secret-rotator", VALUES[7]).await;
+    let again = wait_for(
+        "a second revision for the Secret, after the restart",
+        Duration::from_secs(40),
+        || async {
+            let all = config_revisions(&rig, "Secret/api-token").await;
+            (all.len() >= 2).then(|| all.last().cloned()).flatten()
+        },
+    )
+    .await;
+    assert_eq!(
+        again.spec.config_changes[0].keys,
+        ["token"],
+        "{:?}",
+        again.spec
+    );
+    assert_eq!(again.spec.summary, rotated.spec.summary);
+    assert_ne!(again.metadata.name, rotated.metadata.name);
+    apply_config(
+        &rig,
+        "e2e-config-editor",
+        json!({"LOG_LEVEL": VALUES[8], "DB_PASSWORD": VALUES[3], "FEATURE": VALUES[4]}),
+    )
+    .await;
+    let watched = wait_for(
+        "a revision of shop for the ConfigMap edit after the restart",
+        Duration::from_secs(40),
+        || async {
+            let all = config_revisions(&rig, "ConfigMap/app-config").await;
+            (all.len() >= 3).then(|| all.last().cloned()).flatten()
+        },
+    )
+    .await;
+    let c = &watched.spec.config_changes[0];
+    assert_eq!(c.keys, ["LOG_LEVEL"], "{:?}", watched.spec);
+    assert!(
+        !c.keys_unknown,
+        "watched, not changed while not watched: {c:?}"
     );
     log.push_str(&rig.manager.as_ref().expect("manager").log_text());
 

@@ -368,6 +368,162 @@ async fn bound_count(rig: &Rig) -> usize {
 }
 
 #[tokio::test]
+async fn a_bound_claim_whose_pod_is_deleted_fails_at_once_not_at_its_lifetimes_end() {
+    let client = require_cluster!();
+    let rig = Rig::with_args(client, "sbx-lost", &["--controllers", "sandbox"]).await;
+    let envs: Api<SandboxEnv> = Api::namespaced(rig.client.clone(), rig.ns());
+    envs.create(&PostParams::default(), &env("lo", 2, "Replace"))
+        .await
+        .expect("env");
+    idle_is(&rig, "lo-a", 2).await;
+    let claims: Api<SandboxClaim> = Api::namespaced(rig.client.clone(), rig.ns());
+    claims
+        .create(&PostParams::default(), &claim("held", "lo-a", Some("1h")))
+        .await
+        .expect("claim");
+    let s = bound(&rig, "held").await;
+    let pod = s["podName"].as_str().expect("podName").to_string();
+    let pod_api: Api<Pod> = Api::namespaced(rig.client.clone(), rig.ns());
+    pod_api
+        .delete(&pod, &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete the bound Pod");
+    // Its lifetime has an hour left and nothing else changes the claim: only the Pod's
+    // deletion can tell the claim.
+    let c = rig
+        .condition_of::<SandboxClaim>("held", "Ready", "False", "PodLost")
+        .await;
+    assert!(
+        c["message"].as_str().is_some_and(|m| m.contains(&pod)),
+        "{c}"
+    );
+    let status = claims
+        .get("held")
+        .await
+        .expect("claim")
+        .status
+        .expect("status");
+    assert_eq!(status.phase.as_deref(), Some("Failed"));
+    assert_eq!(rig.events("held", "PodLost").await.len(), 1);
+}
+
+/// An Env of two local members, `a` and `b`, each of `replicas` Pods, no autoscaling.
+fn two_member_env(name: &str, replicas: i32) -> SandboxEnv {
+    let member = |m: &str| {
+        json!({"name": m, "spec": {
+            "replicas": replicas,
+            "template": {"spec": {"containers": [{"name": "sandbox", "image": "registry.example/sandbox:1"}]}}
+        }})
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "SandboxEnv",
+        "metadata": {"name": name},
+        "spec": {"clusters": [{"name": "local", "members": [member("a"), member("b")]}]}
+    }))
+    .expect("env")
+}
+
+#[tokio::test]
+async fn claims_both_pools_of_an_env_race_for_bind_once_and_never_move() {
+    let client = require_cluster!();
+    let mut rig = Rig::with_args(client, "sbx-two", &["--controllers", "sandbox"]).await;
+    let envs: Api<SandboxEnv> = Api::namespaced(rig.client.clone(), rig.ns());
+    const CLAIMS: usize = 12;
+    envs.create(&PostParams::default(), &two_member_env("tw", CLAIMS as i32))
+        .await
+        .expect("env");
+    idle_is(&rig, "tw-a", CLAIMS as i64).await;
+    idle_is(&rig, "tw-b", CLAIMS as i64).await;
+    // Every Pod each claim's status ever names, as the watch sees it.
+    let claims: Api<SandboxClaim> = Api::namespaced(rig.client.clone(), rig.ns());
+    let named: Arc<Mutex<std::collections::BTreeMap<String, BTreeSet<String>>>> = Arc::default();
+    let watch = {
+        let (claims, named) = (claims.clone(), named.clone());
+        tokio::spawn(async move {
+            let mut events = watcher(claims, watcher::Config::default()).boxed();
+            while let Some(e) = events.next().await {
+                if let Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) = e
+                    && let Some(pod) = c.status.and_then(|s| s.pod_name)
+                {
+                    let mut named = named.lock().expect("lock");
+                    named
+                        .entry(c.metadata.name.unwrap_or_default())
+                        .or_default()
+                        .insert(pod);
+                }
+            }
+        })
+    };
+    // The claims arrive while the manager is down: both Pools see every one of them at once.
+    rig.kill();
+    for i in 0..CLAIMS {
+        let c: SandboxClaim = serde_json::from_value(json!({
+            "apiVersion": "moonin.io/v1alpha1",
+            "kind": "SandboxClaim",
+            "metadata": {"name": format!("c{i}")},
+            "spec": {"envRef": {"name": "tw"}}
+        }))
+        .expect("claim");
+        claims
+            .create(&PostParams::default(), &c)
+            .await
+            .expect("claim");
+    }
+    rig.start().await;
+    wait_for("every claim Bound", Duration::from_secs(60), || async {
+        (bound_count(&rig).await == CLAIMS).then_some(())
+    })
+    .await;
+    // The Pods of the binds that lost are freed: exactly one claimed Pod per claim.
+    wait_for(
+        "one claimed Pod per claim",
+        Duration::from_secs(30),
+        || async {
+            let claimed = pods(&rig)
+                .await
+                .iter()
+                .filter(|p| p.annotations().contains_key("moonin.io/claim"))
+                .count();
+            (claimed == CLAIMS).then_some(())
+        },
+    )
+    .await;
+    // Let any late write of a losing bind land before judging.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    watch.abort();
+    let named = named.lock().expect("lock").clone();
+    assert_eq!(named.len(), CLAIMS, "{named:?}");
+    let moved: Vec<_> = named.iter().filter(|(_, pods)| pods.len() > 1).collect();
+    assert!(
+        moved.is_empty(),
+        "claims that moved to another Pod: {moved:?}"
+    );
+    let distinct: BTreeSet<&String> = named.values().flatten().collect();
+    assert_eq!(distinct.len(), CLAIMS, "one Pod per claim: {named:?}");
+    let all = pods(&rig).await;
+    for (claim, pods_named) in &named {
+        let pod = pods_named.first().expect("named");
+        let p = all
+            .iter()
+            .find(|p| &p.name_any() == pod)
+            .expect("the bound Pod exists");
+        assert!(
+            p.annotations()
+                .get("moonin.io/claim")
+                .is_some_and(|v| v.starts_with(&format!("{claim}/"))),
+            "{pod} does not name {claim}: {:?}",
+            p.annotations()
+        );
+        assert_eq!(
+            rig.events(claim, "Bound").await.len(),
+            1,
+            "{claim}: one Bound Event"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_burst_of_claims_scales_the_pool_up_and_every_claim_binds() {
     let client = require_cluster!();
     let mut rig = Rig::with_args(client, "sbx-up", &["--controllers", "sandbox"]).await;

@@ -420,6 +420,35 @@ async fn hpa_override_and_byte_for_byte_restore() {
     rig.delete_template("peak").await;
 }
 
+/// A Deployment scaled to 0 under its HPA has the HPA switched off (its controller leaves
+/// a Deployment at 0 alone): a window raises it, and its end puts it back at 0, not at the
+/// HPA's minimum.
+#[tokio::test]
+async fn a_deployment_at_zero_under_its_hpa_comes_back_at_zero() {
+    let client = require_cluster!();
+    let rig = Rig::new(client, "stpl-zero").await;
+    rig.deployment("off", 0).await;
+    rig.hpa("off", "off", 2, 5).await;
+    rig.template(manual_template(
+        "wake",
+        &in_secs(2),
+        "15s",
+        json!([{"name": "off", "target": {"name": "off"}, "minReplicas": 3, "maxReplicas": 6}]),
+    ))
+    .await;
+    hpa_is(&rig, "off", 3, 6, true).await;
+    replicas_are(&rig, "off", 3).await;
+    rig.action_state("wake", "off", "Applied").await;
+    hpa_is(&rig, "off", 2, 5, false).await;
+    replicas_are(&rig, "off", 0).await;
+    let d = rig.deployments().get("off").await.expect("deployment");
+    assert_eq!(annotations(&d.metadata), Vec::<String>::new());
+    // The HPA controller, switched off again, leaves it there.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(rig.replicas("off").await, Some(0));
+    rig.delete_template("wake").await;
+}
+
 #[tokio::test]
 async fn provisional_hpa_for_a_deployment_without_one() {
     let client = require_cluster!();

@@ -581,7 +581,8 @@ pub(super) fn holder_outcome(
     }
 }
 
-fn not_found(action: &ScalingAction, key: &TargetKey) -> Outcome {
+/// The outcome of an action whose Deployment does not exist.
+pub(super) fn not_found(action: &ScalingAction, key: &TargetKey) -> Outcome {
     let msg = format!("Deployment {key} not found");
     let mut o = Outcome::new(&action.name, key, state::FAILED, msg.clone());
     o.warning = Some((reasons::TARGET_NOT_FOUND, msg));

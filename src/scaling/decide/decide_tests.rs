@@ -1859,28 +1859,39 @@ fn the_deployment_waits_for_its_autoscaler_before_its_replicas_come_back() {
     assert_eq!(decide(&s, after_window()).finalizer, Finalizer::Remove);
 }
 
+/// The Deployment comes back clamped into the restored bounds, except at 0 under an HPA:
+/// the HPA switched off, put back at 0, not raised to the HPA's minimum.
 #[test]
 fn window_end_clamps_the_deployment_into_the_restored_bounds() {
-    let a = checkout();
-    let mut target = applied_target(&a);
-    target.autoscalers[0].original =
-        Some(original(AutoscalerKind::Hpa, Some(5), Some(20), Some(3)));
-    let plan = decide_through_restore(
-        &snap(template(vec![a]), vec![("checkout", target)]),
-        after_window(),
-    );
-    let w = writes(&plan.ops);
-    assert_eq!(
-        w[1],
-        at(
-            "checkout",
-            dep_patch(vec![
-                add("/spec/replicas", 5),
-                rm(&ann(keys::OWNER)),
-                rm(&ann(keys::ORIGINAL_REPLICAS)),
-            ])
-        )
-    );
+    for (recorded, restored) in [(3, 5), (0, 0)] {
+        let a = checkout();
+        let mut target = applied_target(&a);
+        target.autoscalers[0].original = Some(original(
+            AutoscalerKind::Hpa,
+            Some(5),
+            Some(20),
+            Some(recorded),
+        ));
+        if let Some(d) = target.deployment.as_mut() {
+            d.original_replicas = Some(recorded);
+        }
+        let plan = decide_through_restore(
+            &snap(template(vec![a]), vec![("checkout", target)]),
+            after_window(),
+        );
+        assert_eq!(
+            writes(&plan.ops)[1],
+            at(
+                "checkout",
+                dep_patch(vec![
+                    add("/spec/replicas", restored),
+                    rm(&ann(keys::OWNER)),
+                    rm(&ann(keys::ORIGINAL_REPLICAS)),
+                ])
+            ),
+            "recorded {recorded}"
+        );
+    }
 }
 
 #[test]
@@ -2259,6 +2270,39 @@ fn missing_deployment_fails_the_action() {
         assert_one_warning(&plan, "TargetNotFound", "shop/checkout");
         assert_eq!(plan.status.executions[0].result, "Failed");
     }
+}
+
+/// A target missing between windows is reported at once (the template's `Ready` is what
+/// Argo CD and kstatus read), not at the window that would fail on it; it clears when the
+/// Deployment appears.
+#[test]
+fn a_missing_deployment_is_reported_between_windows_too() {
+    let mut s = snap(template(vec![checkout()]), vec![]);
+    let plan = decide(&s, after_window());
+    assert_eq!(writes(&plan.ops), vec![]);
+    assert_eq!(states(&plan.status), vec![("checkout", "Failed")]);
+    assert_cond(
+        &plan.status,
+        "Ready",
+        false,
+        "TargetNotFound",
+        "shop/checkout",
+    );
+    assert_one_warning(&plan, "TargetNotFound", "shop/checkout");
+    assert!(plan.status.executions.is_empty(), "no window ran");
+    // Reported once: the next reconcile finds it said.
+    s.template.status = plan.status.clone();
+    let again = decide(&s, after_window() + mins(1));
+    assert!(again.events.is_empty(), "{:#?}", again.events);
+    // The Deployment appears: the action waits for its window again.
+    s.targets = [(
+        key("checkout"),
+        tgt(Some(deployment("checkout", 3)), vec![]),
+    )]
+    .into();
+    let found = decide(&s, after_window() + mins(2));
+    assert_eq!(states(&found.status), vec![("checkout", "Pending")]);
+    assert_cond(&found.status, "Ready", true, "Reconciled", "");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -3171,7 +3215,7 @@ proptest! {
         carrier in 0..3u8,
         cmin in prop::option::of(1..20i32),
         cmax in 1..50i32,
-        replicas in 1..50i32,
+        replicas in 0..50i32,
         first in (1..15i32, 0..20i32),
         second in prop::option::of((1..15i32, 0..20i32)),
     ) {
@@ -3199,8 +3243,10 @@ proptest! {
         prop_assert_eq!(states(&plan.status), vec![("checkout", "Reverted")]);
 
         let after = &s.targets[&key("checkout")];
+        // An HPA's Deployment at 0 is the HPA switched off: it stays at 0.
         let clamp = |r: i32| match carrier {
             0 => r,
+            1 if r == 0 => r,
             _ => r.max(cmin.unwrap_or(r)).min(cmax),
         };
         let mut want = before.clone();

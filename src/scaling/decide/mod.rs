@@ -295,6 +295,16 @@ fn plan_action(
                 window.same_window,
             ),
         },
+        // A target missing now is reported now, not only when a window would fail on it.
+        (Ok(_), None)
+            if !t.deleting
+                && snap
+                    .targets
+                    .get(&key)
+                    .is_none_or(|target| target.deployment.is_none()) =>
+        {
+            apply::not_found(a, &key)
+        }
         (Ok(_), None) => {
             let next = window
                 .evaluated

@@ -263,7 +263,16 @@ fn restore_deployment(
     let bounds = carriers
         .restored_bounds
         .or_else(|| target.carrier().map(|a| (a.min, a.max)));
+    // 0 replicas under an HPA is the HPA switched off (its controller leaves a Deployment at
+    // 0 alone): put back as it was, not raised to the minimum.
+    let switched_off = |r: i32| {
+        r == 0
+            && target
+                .carrier()
+                .is_some_and(|a| a.kind == AutoscalerKind::Hpa)
+    };
     let clamp = |r: i32| match bounds {
+        Some(_) if switched_off(r) => r,
         Some((lo, hi)) => r.max(lo.unwrap_or(r)).min(hi.unwrap_or(r)),
         None => r,
     };

@@ -36,6 +36,10 @@ pub mod field_manager {
     pub const MANAGER: &str = "moonin-manager";
     /// Fields the scaling controller takes over on a workload or autoscaler.
     pub const SCALING: &str = "moonin-scaling";
+    /// What the scaling controller puts back when an override ends: the restored fields
+    /// are owned by this manager, not [`SCALING`], so a GitOps tool told to leave
+    /// `moonin-scaling`'s fields alone manages them again once the window is over.
+    pub const RESTORE: &str = "moonin-restore";
     /// Fields the sandbox controllers own (pools, Pods, `SandboxPool.spec.replicas` unless
     /// the Pool autoscales).
     pub const SANDBOX: &str = "moonin-sandbox";
@@ -44,6 +48,12 @@ pub mod field_manager {
     pub const SANDBOX_AUTOSCALER: &str = "moonin-sandbox-autoscaler";
     /// Objects published by discovery.
     pub const DISCOVERY: &str = "moonin-discovery";
+
+    /// Whether `manager` is the scaling controller's, overriding ([`SCALING`]) or restoring
+    /// ([`RESTORE`]).
+    pub fn is_scaling(manager: &str) -> bool {
+        manager == SCALING || manager == RESTORE
+    }
 
     /// Whether `entry` owns the field at `path`, given as FieldsV1 keys (e.g.
     /// `["f:metadata", "f:annotations", "f:example.com/team"]`).

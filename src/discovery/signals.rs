@@ -265,12 +265,12 @@ fn autoscalers_of(
 }
 
 /// Field managers allowed to own `spec.replicas` of an autoscaled Deployment: the HPA
-/// controller, KEDA, and Moonin's scaling controller. Anyone else (Argo CD, Flux, Helm,
+/// controller, KEDA, and Moonin's scaling controller (overriding or restoring). Anyone else (Argo CD, Flux, Helm,
 /// kubectl) resets the replica count the autoscaler chose.
 fn scales_on_behalf_of_autoscaler(manager: &str) -> bool {
     manager == HPA_CONTROLLER_MANAGER
         || manager.starts_with(KEDA_MANAGER_PREFIX)
-        || manager == field_manager::SCALING
+        || field_manager::is_scaling(manager)
 }
 
 /// The signals of one CronJob, sorted and de-duplicated.

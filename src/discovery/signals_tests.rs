@@ -312,7 +312,7 @@ fn a_keda_hpa_counts_once_with_its_scaled_object() {
 #[test]
 fn gitops_owning_replicas_of_an_autoscaled_deployment() {
     let a = hpa("web", "web", None);
-    let cases: [(&[&str], bool, Vec<&str>); 6] = [
+    let cases: [(&[&str], bool, Vec<&str>); 7] = [
         (
             &["argocd-controller"],
             true,
@@ -328,6 +328,8 @@ fn gitops_owning_replicas_of_an_autoscaled_deployment() {
             true,
             vec![],
         ),
+        // What a window's restore put back.
+        (&["moonin-restore"], true, vec![]),
         // No autoscaler: whoever owns the replicas is not fighting anyone.
         (&["argocd-controller"], false, vec![]),
         (&["helm"], true, vec!["ReplicasOwnedByGitOps: helm"]),

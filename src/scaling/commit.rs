@@ -168,9 +168,16 @@ impl Permits {
 }
 
 impl Writer {
-    fn params() -> PatchParams {
+    /// A workload write's parameters: a restore ([`Op::restores`]) is written as
+    /// `moonin-restore`, everything else as `moonin-scaling`.
+    fn params(restores: bool) -> PatchParams {
+        let manager = if restores {
+            field_manager::RESTORE
+        } else {
+            field_manager::SCALING
+        };
         PatchParams {
-            field_manager: Some(field_manager::SCALING.to_string()),
+            field_manager: Some(manager.to_string()),
             ..PatchParams::default()
         }
     }
@@ -190,7 +197,8 @@ impl Writer {
                         Ok(p) => p,
                         Err(e) => return Ok(Err(format!("internal error building a patch: {e}"))),
                     };
-                let written = self.patch(*kind, ns, &op.name, patch).await;
+                let params = Self::params(op.restores);
+                let written = self.patch(*kind, ns, &op.name, patch, &params).await;
                 (kind_name(*kind), written)
             }
             Write::CreateHpa(obj) => {
@@ -267,17 +275,18 @@ impl Writer {
         ns: &str,
         name: &str,
         patch: json_patch::Patch,
+        p: &PatchParams,
     ) -> Result<(), kube::Error> {
-        let (patch, p) = (Patch::Json::<()>(patch), Self::params());
+        let patch = Patch::Json::<()>(patch);
         let client = self.client.clone();
         let meta = match kind {
             ObjectKind::Hpa => {
-                patch_meta::<HorizontalPodAutoscaler>(client, ns, name, &p, &patch).await
+                patch_meta::<HorizontalPodAutoscaler>(client, ns, name, p, &patch).await
             }
             ObjectKind::ScaledObject => {
-                patch_meta::<ScaledObject>(client, ns, name, &p, &patch).await
+                patch_meta::<ScaledObject>(client, ns, name, p, &patch).await
             }
-            ObjectKind::Deployment => patch_meta::<Deployment>(client, ns, name, &p, &patch).await,
+            ObjectKind::Deployment => patch_meta::<Deployment>(client, ns, name, p, &patch).await,
         }?;
         let rv = meta.resource_version.as_deref();
         self.own.record(kind_name(kind), ns, name, rv);

@@ -46,10 +46,11 @@ fn latest_write(
         .max()
 }
 
-/// When Moonin (`moonin-scaling`) last wrote the object, from `managedFields`.
+/// When Moonin (`moonin-scaling`, or `moonin-restore` for a restore) last wrote the
+/// object, from `managedFields`.
 pub(super) fn moonin_wrote(meta: &ObjectMeta) -> Option<Timestamp> {
     latest_write(meta, |m| {
-        m.manager.as_deref() == Some(field_manager::SCALING)
+        m.manager.as_deref().is_some_and(field_manager::is_scaling)
     })
 }
 
@@ -100,7 +101,7 @@ pub fn keep_autoscaler_reads(meta: &mut ObjectMeta, kind: AutoscalerKind) {
             .into_iter()
             .map(|f| (format!("f:{f}"), serde_json::json!({})))
             .collect();
-        if owned.is_empty() && e.manager.as_deref() != Some(field_manager::SCALING) {
+        if owned.is_empty() && !e.manager.as_deref().is_some_and(field_manager::is_scaling) {
             return None;
         }
         e.fields_v1 = (!owned.is_empty()).then(|| FieldsV1(serde_json::json!({"f:spec": owned})));

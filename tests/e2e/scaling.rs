@@ -379,6 +379,34 @@ async fn hpa_override_and_byte_for_byte_restore() {
     .await;
     let d = rig.deployments().get("web").await.expect("deployment");
     assert_eq!(annotations(&d.metadata), Vec::<String>::new());
+    // Nothing is left moonin-scaling's (a GitOps tool told to ignore its fields manages them
+    // all again); the bounds the restore put back are moonin-restore's.
+    let after = rig.hpas().get("web").await.expect("hpa");
+    for meta in [&after.metadata, &d.metadata] {
+        let left: Vec<_> = meta
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|m| m.manager.as_deref() == Some("moonin-scaling"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+    // (The API server also hands it `spec.metrics`, which it defaults on every write of an
+    // HPA that has none.)
+    let restorer = after
+        .managed_fields()
+        .iter()
+        .find(|m| m.manager.as_deref() == Some("moonin-restore"))
+        .and_then(|m| m.fields_v1.as_ref())
+        .map(|f| f.0["f:spec"].clone())
+        .unwrap_or_default();
+    assert!(
+        ["f:minReplicas", "f:maxReplicas"]
+            .iter()
+            .all(|f| restorer.get(f).is_some()),
+        "{:?}",
+        after.managed_fields()
+    );
     // The window's end was scheduled: its delay is counted once the reconcile that restored
     // it is done (its status written); a manual run's start is no scheduled edge.
     let delays = |edge: &str| {

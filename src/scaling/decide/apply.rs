@@ -223,6 +223,7 @@ fn create_provisional(cx: &Context<'_>, reapplies: i32) -> Carried {
             ),
         )),
         wave: Wave::default(),
+        restores: false,
     };
     Carried {
         op: Some(op),
@@ -435,6 +436,7 @@ fn override_op(
             note,
         }),
         wave: Wave::default(),
+        restores: false,
     }
 }
 
@@ -507,6 +509,7 @@ fn raise_deployment(cx: &Context<'_>, dep_ours: bool, original: Option<i32>) -> 
             )
         }),
         wave: Wave::default(),
+        restores: false,
     })
 }
 

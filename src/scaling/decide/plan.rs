@@ -65,6 +65,10 @@ pub struct Op {
     /// Ops of different actions in the same wave may be written concurrently; waves run
     /// in ascending order, and one action's ops always run in plan order.
     pub wave: Wave,
+    /// Puts back (or only removes) what an override wrote, rather than taking fields over:
+    /// written as [`crate::api::field_manager::RESTORE`], so that `moonin-scaling` owns
+    /// nothing on the object once its override is gone.
+    pub restores: bool,
 }
 
 /// When an op may run: every revert before every apply, each by its priority.

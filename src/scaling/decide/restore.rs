@@ -136,6 +136,7 @@ fn delete_provisional(key: &TargetKey, a: &Autoscaler, action: String) -> Op {
         )),
         action,
         wave: Wave::default(),
+        restores: true,
     }
 }
 
@@ -169,7 +170,8 @@ fn restore_autoscaler(
             continue;
         };
         let manager = a.managers.get(field).map(String::as_str);
-        if manager.is_some_and(|m| m != field_manager::SCALING) {
+        // A bound Moonin wrote: this override's, or an earlier one's restore.
+        if manager.is_some_and(|m| !field_manager::is_scaling(m)) {
             kept.push(format!(
                 "{field} (now {} by {})",
                 show(current),
@@ -224,6 +226,7 @@ fn restore_autoscaler(
         },
         event: Some(EventNote::normal(events::REVERTED, note)),
         wave: Wave::default(),
+        restores: true,
     };
     (op, bounds)
 }
@@ -314,7 +317,8 @@ fn restore_deployment(
     ))
 }
 
-/// A patch of the Deployment `d` of `key` for `action`, reported by `event`.
+/// A patch of the Deployment `d` of `key` for `action`, reported by `event`, that puts
+/// back or removes what an override wrote ([`Op::restores`]).
 pub(super) fn deployment_op(
     action: String,
     key: &TargetKey,
@@ -332,6 +336,7 @@ pub(super) fn deployment_op(
         },
         event: Some(event),
         wave: Wave::default(),
+        restores: true,
     }
 }
 

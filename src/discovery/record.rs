@@ -89,8 +89,11 @@ pub fn plan(
         .collect();
     let record = revision::change(before, after, helm, now).map(|spec| {
         let name = revision::name(&after.name, &spec, &revision::occurrence(after, &spec));
+        // Autoscaler moves are pruned among themselves, every other change among the rest.
+        let moves = revision::autoscaler_move(&spec);
         let mut all: Vec<(String, Timestamp)> = existing
             .iter()
+            .filter(|r| r.autoscaler_move == moves)
             .map(|r| (r.name.clone(), r.observed_at))
             .collect();
         all.push((name.clone(), now));
@@ -548,6 +551,7 @@ mod tests {
             outcome: None,
             summary: String::new(),
             changed_by: None,
+            autoscaler_move: false,
         }
     }
 
@@ -644,6 +648,59 @@ mod tests {
                 }),
                 adopt: false,
             }
+        );
+    }
+
+    /// An autoscaled Deployment's moves never push its other changes out of the log: each
+    /// kind keeps its newest [`revision::KEPT`].
+    #[test]
+    fn autoscaler_moves_are_pruned_among_themselves() {
+        let now = ts("2026-02-01T00:00:00Z");
+        let day = |d: i64| ts(&format!("2026-01-{d:02}T00:00:00Z"));
+        let recorded = Some(condition_reasons::RECORDED);
+        let mut revisions: Vec<RevView> = (1..=10)
+            .map(|i| RevView {
+                observed_at: day(i),
+                ..rec(&format!("web-r{i}"), "web", i, recorded)
+            })
+            .collect();
+        revisions.extend((11..=20).map(|i| RevView {
+            observed_at: day(i),
+            rollout: false,
+            autoscaler_move: true,
+            ..rec(&format!("web-m{i}"), "web", 10, recorded)
+        }));
+        let before = web(10, "app:10");
+        let scaled = DeploymentView {
+            replicas: 5,
+            replicas_managers: vec!["kube-controller-manager".into()],
+            ..before.clone()
+        };
+        let moved = plan(Some(&before), false, &scaled, &revisions, None, now);
+        let record = moved.record.expect("a record");
+        assert!(revision::autoscaler_move(&record.spec));
+        assert_eq!(record.prune, vec!["web-m11".to_string()]);
+        // A scale by hand is a change like any other.
+        let by_hand = DeploymentView {
+            replicas_managers: vec!["kubectl-scale".into()],
+            ..scaled.clone()
+        };
+        let manual = plan(Some(&before), false, &by_hand, &revisions, None, now);
+        assert_eq!(
+            manual.record.expect("a record").prune,
+            vec!["web-r1".to_string()]
+        );
+        let deployed = plan(
+            Some(&before),
+            false,
+            &web(11, "app:11"),
+            &revisions,
+            None,
+            now,
+        );
+        assert_eq!(
+            deployed.record.expect("a record").prune,
+            vec!["web-r1".to_string()]
         );
     }
 

@@ -22,7 +22,8 @@ use crate::api::discovery::{
 use crate::api::{conditions::types, field_manager};
 use crate::discovery::{config, names::condition_reasons, view::DeploymentView};
 
-/// Revision records kept per workload; [`prune`] names the older ones for deletion.
+/// Revision records kept per workload, and autoscaler moves ([`autoscaler_move`]) kept
+/// beside them; [`prune`] names the older ones of each for deletion.
 pub const KEPT: usize = 10;
 
 /// The longest summary, in bytes (so also in characters): the CRD's `maxLength`.
@@ -180,8 +181,24 @@ pub fn name(deployment: &str, spec: &WorkloadRevisionSpec, occurrence: &str) -> 
     format!("{cut}{suffix}")
 }
 
-/// Given a workload's existing revision records as `(name, observedAt)`, the names to delete
-/// so that only the newest [`KEPT`] remain, oldest first. Records observed at the same
+/// Whether a record is only an autoscaler's move: `spec.replicas` changed, by the HPA
+/// controller, KEDA or Moonin's scheduled scaling, and nothing else. An autoscaled
+/// Deployment moves many times a day; such moves are kept apart from the other changes
+/// (they never push a rollout out of the log, see [`prune`]) and are never the suspect
+/// change of a failure (they react to load, see [`super::suspect`]).
+pub fn autoscaler_move(spec: &WorkloadRevisionSpec) -> bool {
+    !spec.rollout
+        && spec.config_changes.is_empty()
+        && spec.replicas.is_some()
+        && spec
+            .changed_by
+            .as_deref()
+            .is_some_and(super::signals::scales_on_behalf_of_autoscaler)
+}
+
+/// Given a workload's existing revision records of one kind (autoscaler moves, or every
+/// other change) as `(name, observedAt)`, the names to delete so that only the newest
+/// [`KEPT`] remain, oldest first. Records observed at the same
 /// instant are ordered by name (the greater name counts as newer), so every replica of the
 /// manager picks the same ones.
 pub fn prune(existing: &[(String, Timestamp)]) -> Vec<String> {
@@ -404,6 +421,8 @@ pub struct RevView {
     pub summary: String,
     /// Who changed it (`spec.changedBy`).
     pub changed_by: Option<String>,
+    /// Only an autoscaler's move ([`autoscaler_move`]).
+    pub autoscaler_move: bool,
 }
 
 impl RevView {
@@ -432,6 +451,7 @@ pub fn new_view(name: &str, spec: &WorkloadRevisionSpec) -> RevView {
         outcome: None,
         summary: spec.summary.clone(),
         changed_by: spec.changed_by.clone(),
+        autoscaler_move: autoscaler_move(spec),
     }
 }
 
@@ -462,6 +482,7 @@ pub fn rev_view(r: &WorkloadRevision) -> RevView {
         outcome: r.status.as_ref().and_then(|s| s.outcome.clone()),
         summary: r.spec.summary.clone(),
         changed_by: r.spec.changed_by.clone(),
+        autoscaler_move: autoscaler_move(&r.spec),
     }
 }
 

@@ -205,6 +205,44 @@ fn replicas_only_change_names_a_replicas_manager() {
     assert_eq!(change(Some(&before), &after, None, now()), Some(expected));
 }
 
+/// Only a replica change by the HPA controller, KEDA or Moonin's scheduled scaling is an
+/// autoscaler's move; one by anyone else, or with anything else changed, is a change.
+#[test]
+fn an_autoscaler_move_is_a_replicas_change_by_an_autoscaler_alone() {
+    let scaled = |by: &str| {
+        let mut after = shop();
+        after.generation += 1;
+        after.replicas = 5;
+        after.replicas_managers = vec![by.to_string()];
+        change(Some(&shop()), &after, None, now()).expect("a change")
+    };
+    for (by, moves) in [
+        ("kube-controller-manager", true),
+        ("keda-operator", true),
+        ("moonin-scaling", true),
+        ("moonin-restore", true),
+        ("kubectl-scale", false),
+        ("argocd-controller", false),
+    ] {
+        assert_eq!(autoscaler_move(&scaled(by)), moves, "{by}");
+    }
+    let mut with_image = rolled(shop());
+    with_image.images = vec![("app".into(), "shop:1.3".into())];
+    with_image.replicas = 5;
+    with_image.replicas_managers = vec!["kube-controller-manager".into()];
+    let c = change(Some(&shop()), &with_image, None, now()).expect("a change");
+    assert!(!autoscaler_move(&c), "{c:?}");
+    let config_edit = with_config(shop(), serde_json::json!({"LOG": "debug"}));
+    let c = change(
+        Some(&with_config(shop(), serde_json::json!({"LOG": "info"}))),
+        &config_edit,
+        None,
+        now(),
+    )
+    .expect("a change");
+    assert!(!autoscaler_move(&c));
+}
+
 #[test]
 fn image_and_replicas_change_together() {
     let before = shop();

@@ -30,6 +30,7 @@ fn rec(name: &str, revision: i64, minute: u32, images: Vec<ImageChange>) -> RevV
         outcome: None,
         summary: String::new(),
         changed_by: None,
+        autoscaler_move: false,
     }
 }
 

@@ -267,7 +267,7 @@ fn autoscalers_of(
 /// Field managers allowed to own `spec.replicas` of an autoscaled Deployment: the HPA
 /// controller, KEDA, and Moonin's scaling controller (overriding or restoring). Anyone else (Argo CD, Flux, Helm,
 /// kubectl) resets the replica count the autoscaler chose.
-fn scales_on_behalf_of_autoscaler(manager: &str) -> bool {
+pub fn scales_on_behalf_of_autoscaler(manager: &str) -> bool {
     manager == HPA_CONTROLLER_MANAGER
         || manager.starts_with(KEDA_MANAGER_PREFIX)
         || field_manager::is_scaling(manager)

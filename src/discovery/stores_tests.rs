@@ -255,6 +255,7 @@ fn only_an_unreported_foreign_revision_marks_its_namespace() {
         outcome: None,
         summary: String::new(),
         changed_by: None,
+        autoscaler_move: false,
     };
     let k = key("shop", "web-r1");
     let ours = rev(None, None);

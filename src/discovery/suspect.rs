@@ -1,5 +1,7 @@
 //! "What changed before it broke": the suspect change of a failing Deployment is its newest
-//! revision record observed within [`WINDOW`] before now. Each failure signal of the
+//! revision record observed within [`WINDOW`] before now that is not only an autoscaler's
+//! move ([`super::revision::autoscaler_move`]: the autoscaler reacts to load, often to the
+//! very failure a change before it caused). Each failure signal of the
 //! Deployment names it, with what changed and who changed it, so the inventory entry and
 //! the Warning Event carry it:
 //! `Unavailable: MinimumReplicasUnavailable; after web-r4-0c1d2e3f4a (image app: 1.4.2 → 1.4.3 by argocd-controller)`.
@@ -12,11 +14,12 @@ use super::{revision::RevView, signals};
 /// How far back a change may be and still be suspected.
 pub const WINDOW: SignedDuration = SignedDuration::from_hours(1);
 
-/// The newest record of `workload` (Moonin's own) observed within [`WINDOW`] before `now`.
+/// The newest record of `workload` (Moonin's own, not an autoscaler's move) observed
+/// within [`WINDOW`] before `now`.
 pub fn suspect<'a>(workload: &str, records: &'a [RevView], now: Timestamp) -> Option<&'a RevView> {
     records
         .iter()
-        .filter(|r| r.workload == workload && r.foreign.is_none())
+        .filter(|r| r.workload == workload && r.foreign.is_none() && !r.autoscaler_move)
         .filter(|r| r.observed_at <= now && now.duration_since(r.observed_at) <= WINDOW)
         .max_by(|a, b| (a.observed_at, &a.name).cmp(&(b.observed_at, &b.name)))
 }
@@ -68,6 +71,7 @@ mod tests {
             outcome: None,
             summary: "image app: 1.4.2 → 1.4.3".into(),
             changed_by: Some("argocd-controller".into()),
+            autoscaler_move: false,
         }
     }
 
@@ -80,6 +84,14 @@ mod tests {
             RevView {
                 foreign: Some("kubectl".into()),
                 ..rec("web-r9", "web", 55)
+            },
+            // The HPA scaled after the image change: a reaction, not the suspect.
+            RevView {
+                rollout: false,
+                summary: "replicas 3 → 6".into(),
+                changed_by: Some("kube-controller-manager".into()),
+                autoscaler_move: true,
+                ..rec("web-r4-b", "web", 40)
             },
         ];
         assert_eq!(

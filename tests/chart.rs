@@ -263,6 +263,7 @@ fn the_rendered_rbac_is_the_rbac_of_config() {
     // The Helm-release role is opt-in: off by default.
     let default = roles(&render_ok(&[]));
     assert!(!default.contains_key("moonin-discovery-helm"));
+    assert!(!default.contains_key("moonin-discovery-helm-key"));
     assert!(default.contains_key("moonin-discovery"));
 }
 
@@ -285,6 +286,7 @@ fn a_controller_switched_off_gets_no_rbac_and_is_not_run() {
         }
         if off != "discovery" {
             want.insert("moonin-discovery-helm".into());
+            want.insert("moonin-discovery-helm-key".into());
         }
         assert_eq!(
             got.keys().cloned().collect::<BTreeSet<_>>(),

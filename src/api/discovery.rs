@@ -497,10 +497,13 @@ pub struct HelmRelease {
     /// When it was last deployed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_deployed: Option<Time>,
-    /// SHA-256 of the values; the values themselves are never published.
+    /// HMAC-SHA256 of the values under the cluster's key (the Secret `moonin-helm-hash-key`
+    /// in the manager's namespace): it changes with them but cannot be tested against guessed
+    /// values; the values themselves are never published.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub values_hash: Option<String>,
-    /// SHA-256 of the manifest; the manifest itself is never published.
+    /// HMAC-SHA256 of the manifest under the same key; the manifest itself is never
+    /// published.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifest_hash: Option<String>,
 }

@@ -53,7 +53,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     let pending = Arc::new(Pending::default());
     let baselines = Arc::new(Baselines::default());
-    let helm = Arc::new(HelmState::default());
+    let helm = Arc::new(HelmState::new(&ctx.namespace));
     let secret_access = Arc::new(Access::new(stores::SECRETS_DENIED));
     let (stores, drives) =
         stores::watch(&client, &pending, &baselines, &helm, &secret_access).await;

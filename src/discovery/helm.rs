@@ -9,7 +9,10 @@
 //! Only allowlisted fields survive: name, namespace, revision, status, the deployed and
 //! deleted times, the chart's name, version, appVersion and dependencies, and a description
 //! cut to [`MAX_DESCRIPTION_BYTES`]. The user-supplied values (`config`) and the rendered
-//! `manifest` are published only as SHA-256 hashes. The notes, the hooks and the chart's
+//! `manifest` are published only as keyed hashes (HMAC-SHA256 under the cluster's
+//! [`HashKey`]): they tell one release's values from another's, but cannot be tested against
+//! guesses by someone without the key (a plain hash of values that hold a password would
+//! let anyone who reads the inventory try passwords offline). The notes, the hooks and the chart's
 //! files, templates, default values and schema are not even deserialised: the structs
 //! below name only what is read, so serde skips the rest.
 //!
@@ -23,11 +26,13 @@ use base64::Engine as _;
 use base64::alphabet;
 use base64::engine::{GeneralPurpose, GeneralPurposeConfig};
 use flate2::read::MultiGzDecoder;
+use hmac::{Hmac, KeyInit, Mac};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
+use sha2::digest::Update;
 
 use crate::api::discovery::HelmRelease;
 
@@ -85,12 +90,45 @@ pub struct SanitisedRelease {
     /// Whether `description` was cut, so a shortened text is never mistaken for the whole.
     #[serde(default, skip_serializing_if = "is_false")]
     pub description_truncated: bool,
-    /// SHA-256 (lowercase hex) of the canonical JSON of the user-supplied values: object
-    /// keys sorted, no whitespace. Absent or `null` values hash as `{}`.
-    pub values_hash: String,
-    /// SHA-256 (lowercase hex) of the rendered manifest text; an absent manifest hashes as
-    /// the empty string.
-    pub manifest_hash: String,
+    /// HMAC-SHA256 (lowercase hex) under the [`HashKey`] of the canonical JSON of the
+    /// user-supplied values: object keys sorted, no whitespace. Absent or `null` values hash
+    /// as `{}`. `None` without a key.
+    pub values_hash: Option<String>,
+    /// HMAC-SHA256 (lowercase hex) under the [`HashKey`] of the rendered manifest text; an
+    /// absent manifest hashes as the empty string. `None` without a key.
+    pub manifest_hash: Option<String>,
+}
+
+/// The key of the published hashes of a release's values and manifest: 32 random bytes,
+/// the same for every replica of the manager and across restarts (kept in a Secret, see
+/// `helm_secrets::hash_key`), so that a hash changes only when what it covers does. Never
+/// printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HashKey([u8; HashKey::LEN]);
+
+impl HashKey {
+    /// Its length in bytes.
+    pub const LEN: usize = 32;
+
+    /// The key made of `bytes`, if there are [`HashKey::LEN`] of them.
+    pub fn new(bytes: &[u8]) -> Option<Self> {
+        Some(Self(bytes.try_into().ok()?))
+    }
+
+    /// Its bytes, to store it.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    fn mac(&self) -> Hmac<Sha256> {
+        <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).expect("HMAC takes a key of any length")
+    }
+}
+
+impl std::fmt::Debug for HashKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HashKey(..)")
+    }
 }
 
 /// The chart metadata of a release.
@@ -202,13 +240,18 @@ impl HelmReleaseError {
 /// Decodes base64, decompresses gzip when the decoded bytes start with the gzip magic (and
 /// otherwise reads them as plain JSON, as Helm does), and keeps only the allowlisted fields
 /// of [`SanitisedRelease`]. Line breaks in the base64 text are ignored, as Go's decoder does.
-pub fn sanitise_release(payload: &[u8]) -> Result<SanitisedRelease, HelmReleaseError> {
-    sanitise_release_with_limit(payload, MAX_RELEASE_BYTES)
+/// The values and the manifest are hashed under `key`; without one, not at all.
+pub fn sanitise_release(
+    payload: &[u8],
+    key: Option<&HashKey>,
+) -> Result<SanitisedRelease, HelmReleaseError> {
+    sanitise_release_with_limit(payload, key, MAX_RELEASE_BYTES)
 }
 
 /// [`sanitise_release`] with the size cap as a parameter, so tests can exercise it cheaply.
 fn sanitise_release_with_limit(
     payload: &[u8],
+    key: Option<&HashKey>,
     limit: usize,
 ) -> Result<SanitisedRelease, HelmReleaseError> {
     if payload.len() > limit {
@@ -222,7 +265,7 @@ fn sanitise_release_with_limit(
     };
     let raw: RawRelease = serde_json::from_slice(&json).map_err(json_error)?;
     drop(json);
-    sanitise(raw)
+    sanitise(raw, key)
 }
 
 /// Base64 per Go's `StdEncoding.DecodeString`, which skips `\r` and `\n`.
@@ -282,7 +325,7 @@ fn json_error(err: serde_json::Error) -> HelmReleaseError {
 }
 
 /// Keeps the allowlisted fields of a parsed release and hashes values and manifest.
-fn sanitise(raw: RawRelease) -> Result<SanitisedRelease, HelmReleaseError> {
+fn sanitise(raw: RawRelease, key: Option<&HashKey>) -> Result<SanitisedRelease, HelmReleaseError> {
     let name = raw
         .name
         .filter(|n| !n.is_empty())
@@ -336,8 +379,8 @@ fn sanitise(raw: RawRelease) -> Result<SanitisedRelease, HelmReleaseError> {
         chart,
         description,
         description_truncated,
-        values_hash: values_hash(raw.config.as_ref()),
-        manifest_hash: sha256_hex(raw.manifest.as_deref().unwrap_or_default().as_bytes()),
+        values_hash: key.map(|k| values_hash(k, raw.config.as_ref())),
+        manifest_hash: key.map(|k| manifest_hash(k, raw.manifest.as_deref().unwrap_or_default())),
     })
 }
 
@@ -381,22 +424,29 @@ fn is_false(value: &bool) -> bool {
     !*value
 }
 
-/// SHA-256 of the canonical JSON of the values; absent values hash like `{}`, which is what
-/// Helm means by them.
-fn values_hash(config: Option<&Value>) -> String {
-    let mut hasher = Sha256::new();
+/// The keyed hash of the canonical JSON of the values; absent values hash like `{}`, which
+/// is what Helm means by them.
+fn values_hash(key: &HashKey, config: Option<&Value>) -> String {
+    let mut mac = key.mac();
     match config {
-        Some(value) => write_canonical(value, &mut hasher),
-        None => hasher.update(b"{}"),
+        Some(value) => write_canonical(value, &mut mac),
+        None => Mac::update(&mut mac, b"{}"),
     }
-    hex(&hasher.finalize())
+    hex(&mac.finalize().into_bytes())
+}
+
+/// The keyed hash of the manifest text.
+fn manifest_hash(key: &HashKey, manifest: &str) -> String {
+    let mut mac = key.mac();
+    Mac::update(&mut mac, manifest.as_bytes());
+    hex(&mac.finalize().into_bytes())
 }
 
 /// Feeds `value` to the hasher as compact JSON with object keys in byte order. Sorting here
 /// rather than relying on `serde_json::Map` keeps the hash stable whether or not some crate
 /// in the build turns on serde_json's `preserve_order`. Recursion is bounded by serde_json's
 /// parse depth limit (128).
-fn write_canonical(value: &Value, hasher: &mut Sha256) {
+fn write_canonical(value: &Value, hasher: &mut impl Update) {
     match value {
         Value::Null => hasher.update(b"null"),
         Value::Bool(true) => hasher.update(b"true"),
@@ -430,16 +480,12 @@ fn write_canonical(value: &Value, hasher: &mut Sha256) {
     }
 }
 
-fn write_json_string(text: &str, hasher: &mut Sha256) {
+fn write_json_string(text: &str, hasher: &mut impl Update) {
     // Serialising a `str` cannot fail; should it ever, the raw text still identifies it.
     match serde_json::to_string(text) {
         Ok(quoted) => hasher.update(quoted.as_bytes()),
         Err(_) => hasher.update(text.as_bytes()),
     }
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -463,8 +509,8 @@ impl From<SanitisedRelease> for HelmRelease {
             chart_version: release.chart.version.unwrap_or_default(),
             app_version: release.chart.app_version,
             last_deployed: release.last_deployed,
-            values_hash: Some(release.values_hash),
-            manifest_hash: Some(release.manifest_hash),
+            values_hash: release.values_hash,
+            manifest_hash: release.manifest_hash,
         }
     }
 }

@@ -4,6 +4,11 @@
 //!
 //! Reading Secrets is opt-in (`config/rbac-helm`): a refusal is reported as
 //! `HelmAccess=False` (see [`HelmState`]), not as the manager's missing permission.
+//!
+//! The key of the published hashes ([`helm::HashKey`]) is kept in the Secret
+//! [`HASH_KEY_SECRET`] in the manager's namespace: created (immutable, 32 random bytes) by
+//! the first manager that decodes a release, read by every one after it. Without it (its
+//! creation refused) releases are published without their hashes.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -26,6 +31,12 @@ use crate::runtime::errors::brief;
 
 /// `HelmAccess` while the watch's list is refused.
 const DENIED: &str = "listing Helm release Secrets is forbidden";
+
+/// The Secret, in the manager's namespace, that holds the key of the published hashes.
+pub const HASH_KEY_SECRET: &str = "moonin-helm-hash-key";
+
+/// The key's entry in that Secret's data.
+const HASH_KEY_ENTRY: &str = "key";
 
 /// A Helm release Secret's metadata: release name and revision from its labels.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,18 +73,46 @@ pub struct HelmState {
     decoded: Mutex<HashMap<(String, String), Release>>,
     /// Whether Helm release Secrets may be read.
     pub access: Access,
-}
-
-impl Default for HelmState {
-    fn default() -> Self {
-        Self {
-            decoded: Mutex::default(),
-            access: Access::new(DENIED),
-        }
-    }
+    /// The manager's namespace, where [`HASH_KEY_SECRET`] is kept.
+    key_namespace: String,
+    /// The key of the published hashes, once read or created.
+    key: tokio::sync::OnceCell<helm::HashKey>,
 }
 
 impl HelmState {
+    /// No release decoded yet; the hash key kept in `key_namespace`.
+    pub fn new(key_namespace: &str) -> Self {
+        Self {
+            decoded: Mutex::default(),
+            access: Access::new(DENIED),
+            key_namespace: key_namespace.to_string(),
+            key: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The key of the published hashes, read from [`HASH_KEY_SECRET`] or, when there is
+    /// none, created there. `None` (logged) when neither works: the next decode tries again.
+    async fn hash_key(&self, client: &Client) -> Option<helm::HashKey> {
+        let api: Api<Secret> = Api::namespaced(client.clone(), &self.key_namespace);
+        let key = self
+            .key
+            .get_or_try_init(|| async {
+                match read_key(&api).await? {
+                    Some(k) => Ok(k),
+                    None => create_key(&api).await,
+                }
+            })
+            .await;
+        match key {
+            Ok(k) => Some(k.clone()),
+            Err(e) => {
+                tracing::warn!(namespace = %self.key_namespace, secret = HASH_KEY_SECRET, error = %e,
+                    "no key for the hashes of Helm values and manifests; releases are published without them");
+                None
+            }
+        }
+    }
+
     fn cached(&self, key: &(String, String)) -> Option<Release> {
         self.locked().get(key).cloned()
     }
@@ -88,6 +127,52 @@ impl HelmState {
 
     fn locked(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Release>> {
         self.decoded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The key [`HASH_KEY_SECRET`] holds, if it exists.
+async fn read_key(api: &Api<Secret>) -> anyhow::Result<Option<helm::HashKey>> {
+    let Some(secret) = api.get_opt(HASH_KEY_SECRET).await? else {
+        return Ok(None);
+    };
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(HASH_KEY_ENTRY))
+        .map(|b| b.0.as_slice())
+        .unwrap_or_default();
+    helm::HashKey::new(bytes).map(Some).ok_or_else(|| {
+        anyhow::anyhow!(
+            "data.{HASH_KEY_ENTRY} is not {} bytes long",
+            helm::HashKey::LEN
+        )
+    })
+}
+
+/// Creates [`HASH_KEY_SECRET`] with a new random key; if another manager created it first,
+/// its key.
+async fn create_key(api: &Api<Secret>) -> anyhow::Result<helm::HashKey> {
+    let mut bytes = [0u8; helm::HashKey::LEN];
+    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": HASH_KEY_SECRET,
+            "labels": {"app.kubernetes.io/managed-by": "moonin"}
+        },
+        "type": "Opaque",
+        "immutable": true,
+        "data": {HASH_KEY_ENTRY: k8s_openapi::ByteString(bytes.to_vec())}
+    }))?;
+    let pp = kube::api::PostParams {
+        field_manager: Some(crate::api::field_manager::DISCOVERY.to_string()),
+        ..kube::api::PostParams::default()
+    };
+    match api.create(&pp, &secret).await {
+        Ok(_) => Ok(helm::HashKey::new(&bytes).expect("32 bytes")),
+        Err(kube::Error::Api(e)) if e.code == 409 => read_key(api)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("created by another manager, then gone")),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -157,14 +242,19 @@ pub async fn releases(
 ) -> Vec<Release> {
     let api: Api<Secret> = Api::namespaced(client.clone(), ns);
     let mut out = Vec::new();
+    let mut key = None;
     for (release, s) in latest(secrets.in_namespace(ns)) {
-        let key = (format!("{ns}/{}", s.name), s.resource_version.clone());
-        if let Some(c) = helm.cached(&key) {
+        let cache_key = (format!("{ns}/{}", s.name), s.resource_version.clone());
+        if let Some(c) = helm.cached(&cache_key) {
             out.push(c);
             continue;
         }
         // One Secret at a time, only when it changed; its data is dropped at the end of
         // this block and never logged.
+        if key.is_none() {
+            key = Some(helm.hash_key(client).await);
+        }
+        let key = key.clone().flatten();
         let decoded = match api.get(&s.name).await {
             Ok(secret) => {
                 let payload = secret
@@ -173,7 +263,7 @@ pub async fn releases(
                     .and_then(|d| d.get("release"))
                     .map(|b| b.0.clone())
                     .unwrap_or_default();
-                helm::sanitise_release(&payload).map_err(|e| e.reason().to_string())
+                helm::sanitise_release(&payload, key.as_ref()).map_err(|e| e.reason().to_string())
             }
             Err(kube::Error::Api(e)) if e.code == 403 => {
                 helm.access
@@ -193,8 +283,14 @@ pub async fn releases(
                     chart: r.chart.name.clone().unwrap_or_default(),
                     version: r.chart.version.clone().unwrap_or_default(),
                 };
+                // Without the key, decoded again (with it) next time.
+                let keyed = r.values_hash.is_some();
                 let entry = (release, HelmRelease::from(r), rev);
-                helm.decoded(key, entry.clone());
+                if keyed {
+                    helm.decoded(cache_key, entry.clone());
+                } else {
+                    helm.access.read_ok();
+                }
                 out.push(entry);
             }
             Err(reason) => {
@@ -242,7 +338,7 @@ mod tests {
 
     #[test]
     fn a_decoded_release_lifts_a_refused_read_and_replaces_earlier_versions() {
-        let helm = HelmState::default();
+        let helm = HelmState::new("moonin-system");
         helm.access
             .read_refused("reading Secret shop/x is forbidden".into());
         assert!(helm.access.denied().is_some());

@@ -756,12 +756,19 @@ fn finished_rebuilds(rig: &Rig) -> Option<f64> {
     )
 }
 
+/// The manifest of the release [`helm_payload`] builds.
+fn helm_manifest(secret: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\nstringData:\n  password: {secret}\n"
+    )
+}
+
 /// A Helm release payload as Helm stores it: JSON, gzip, base64.
-fn helm_payload(ns: &str, secret: &str) -> String {
+fn helm_payload(ns: &str, secret: &str, version: i64) -> String {
     let release = json!({
         "name": "shop",
         "namespace": ns,
-        "version": 3,
+        "version": version,
         "info": {
             "first_deployed": "2026-11-01T10:00:00Z",
             "last_deployed": "2026-11-30T09:00:00Z",
@@ -776,7 +783,7 @@ fn helm_payload(ns: &str, secret: &str) -> String {
             "values": {"db": {"password": secret}}
         },
         "config": {"db": {"password": secret}},
-        "manifest": format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\nstringData:\n  password: {secret}\n"),
+        "manifest": helm_manifest(secret),
         "hooks": [{"name": "pre-install", "manifest": format!("password: {secret}")}]
     });
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
@@ -810,17 +817,20 @@ async fn helm_releases_are_published_sanitised_and_the_password_goes_nowhere() {
         .await
         .expect("helm annotation");
     let secrets: Api<Secret> = Api::namespaced(client.clone(), rig.ns());
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {
-            "name": "sh.helm.release.v1.shop.v3",
-            "labels": {"owner": "helm", "name": "shop", "status": "deployed", "version": "3"}
-        },
-        "type": "helm.sh/release.v1",
-        "stringData": {"release": helm_payload(rig.ns(), PASSWORD)}
-    }))
-    .expect("secret");
+    let ns = rig.ns().to_string();
+    let release_secret = |version: i64| -> Secret {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": format!("sh.helm.release.v1.shop.v{version}"),
+                "labels": {"owner": "helm", "name": "shop", "status": "deployed", "version": version.to_string()}
+            },
+            "type": "helm.sh/release.v1",
+            "stringData": {"release": helm_payload(&ns, PASSWORD, version)}
+        }))
+        .expect("secret")
+    };
     secrets
-        .create(&PostParams::default(), &secret)
+        .create(&PostParams::default(), &release_secret(3))
         .await
         .expect("create release secret");
 
@@ -837,6 +847,31 @@ async fn helm_releases_are_published_sanitised_and_the_password_goes_nowhere() {
         r["valuesHash"].as_str().is_some_and(|h| h.len() == 64),
         "{r}"
     );
+    // The hashes are keyed: whoever reads the inventory cannot test a guessed password
+    // against them (the plain SHA-256 of the values or the manifest with it is not there).
+    let sha256 = |text: &str| -> String {
+        use sha2::Digest;
+        sha2::Sha256::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let guessed_values = sha256(&format!(r#"{{"db":{{"password":"{PASSWORD}"}}}}"#));
+    assert_ne!(r["valuesHash"], json!(guessed_values), "{r}");
+    assert_ne!(
+        r["manifestHash"],
+        json!(sha256(&helm_manifest(PASSWORD))),
+        "{r}"
+    );
+    // Their key: 32 random bytes in an immutable Secret in the manager's namespace.
+    let key = secrets.get("moonin-helm-hash-key").await.expect("the key");
+    assert_eq!(key.immutable, Some(true));
+    let key_bytes = key
+        .data
+        .as_ref()
+        .and_then(|d| d.get("key"))
+        .map(|b| b.0.clone());
+    assert_eq!(key_bytes.as_ref().map(Vec::len), Some(32));
     assert_eq!(
         entry(&inv, "deployments", "shop").map(|d| d["helmRelease"].clone()),
         Some(json!("shop")),
@@ -860,7 +895,26 @@ async fn helm_releases_are_published_sanitised_and_the_password_goes_nowhere() {
             !text.contains(&base64::engine::general_purpose::STANDARD.encode(PASSWORD)),
             "the base64 password leaked into {what}"
         );
+        let key =
+            base64::engine::general_purpose::STANDARD.encode(key_bytes.clone().unwrap_or_default());
+        assert!(!text.contains(&key), "the hash key leaked into {what}");
     }
+
+    // A restarted manager reads the same key: the next revision, with the same values,
+    // publishes the same values hash.
+    let values_hash = r["valuesHash"].clone();
+    rig.kill();
+    rig.start().await;
+    secrets
+        .create(&PostParams::default(), &release_secret(4))
+        .await
+        .expect("create the next release secret");
+    let inv = inventory_where(&rig, "revision 4 of the release", |v| {
+        entry(v, "helmReleases", "shop").is_some_and(|r| r["revision"] == 4)
+    })
+    .await;
+    let r = entry(&inv, "helmReleases", "shop").expect("release");
+    assert_eq!(r["valuesHash"], values_hash, "{r}");
     drop(discovery);
 }
 

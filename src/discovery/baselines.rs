@@ -35,6 +35,12 @@ impl Baselines {
         self.locked().remove(key);
     }
 
+    /// Forgets every baseline: each Deployment is measured from the one its inventory
+    /// publishes, as in a process that has just started.
+    pub fn clear(&self) {
+        self.locked().clear();
+    }
+
     fn locked(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<DeploymentView>>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -7,7 +7,7 @@
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
-use futures::future::BoxFuture;
+use futures::{StreamExt, future::BoxFuture};
 
 use super::{
     baselines::Baselines,
@@ -102,10 +102,24 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         _ = synced(&shared, readiness) => {}
         _ = rebuild_loop(&shared) => {}
         _ = history_ticks(&shared) => {}
+        _ = new_terms(&shared) => {}
         _ = heartbeat::run(&shared.ctx, &shared.reachability, &shared.pending) => {}
         _ = ctx.shutdown.cancelled() => {}
     }
     Ok(())
+}
+
+/// Each leadership this process gains starts from the baselines the inventories publish, as
+/// a process that has just started does: while it followed, another leader may have recorded
+/// changes and published the baselines they left, and measuring from what this process held
+/// before would record them again, merged into one.
+async fn new_terms(shared: &Shared) {
+    let mut terms = std::pin::pin!(shared.ctx.leadership.acquisitions());
+    while terms.next().await.is_some() {
+        shared.baselines.clear();
+        shared.pending.mark(Mark::cluster());
+    }
+    futures::future::pending::<()>().await;
 }
 
 /// Reports readiness once every store has listed, and asks for the first (full) rebuild;

@@ -182,20 +182,7 @@ impl Load {
     /// The last moments before the fault: `web`'s image changes, the pool grows and the
     /// claims arrive.
     pub async fn change_and_claim(&self) {
-        let body = json!({
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "web"},
-            "spec": {"template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:2"}]}}}
-        });
-        self.api::<Deployment>()
-            .patch(
-                "web",
-                &PatchParams::apply("faults-deployer").force(),
-                &Patch::Apply(body),
-            )
-            .await
-            .expect("image change");
+        self.deploy("registry.example/app:2").await;
         self.api::<SandboxPool>()
             .patch(
                 "pool",
@@ -218,6 +205,63 @@ impl Load {
                 .await
                 .expect("claim");
         }
+    }
+
+    /// `web` deployed with `image`.
+    pub async fn deploy(&self, image: &str) {
+        let body = json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {"template": {"spec": {"containers": [{"name": "app", "image": image}]}}}
+        });
+        self.api::<Deployment>()
+            .patch(
+                "web",
+                &PatchParams::apply("faults-deployer").force(),
+                &Patch::Apply(body),
+            )
+            .await
+            .expect("image change");
+    }
+
+    /// `web`'s revision records, oldest first, each as its image changes (`from → to`).
+    pub async fn web_changes(&self) -> Vec<String> {
+        let revisions: Api<WorkloadRevision> = self.api();
+        let mut web: Vec<(Timestamp, String, String)> = revisions
+            .list(&ListParams::default())
+            .await
+            .expect("revisions")
+            .into_iter()
+            .filter(|r| r.spec.workload.name == "web")
+            .map(|r| {
+                let images: Vec<String> = r
+                    .spec
+                    .images
+                    .iter()
+                    .map(|c| {
+                        let tag = |i: &Option<String>| i.clone().unwrap_or_default();
+                        format!("{} → {}", tag(&c.from), tag(&c.to))
+                    })
+                    .collect();
+                (r.spec.observed_at.0, r.name_any(), images.join(", "))
+            })
+            .collect();
+        web.sort();
+        web.into_iter().map(|(_, _, images)| images).collect()
+    }
+
+    /// The image of `web` in the baseline its inventory publishes.
+    pub async fn published_web_image(&self) -> Option<String> {
+        let inventories: Api<NamespaceInventory> = self.api();
+        let i = inventories.get_opt("inventory").await.ok()??;
+        let v = serde_json::to_value(i.status?).ok()?;
+        v["deployments"]
+            .as_array()?
+            .iter()
+            .find(|d| d["name"] == "web")?["baseline"]["containers"][0]["image"]
+            .as_str()
+            .map(str::to_string)
     }
 
     /// `Ok` when the end state is exactly right; otherwise the first thing that is not.

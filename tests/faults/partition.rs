@@ -71,7 +71,7 @@ async fn a_partitioned_leader_stops_writing_before_the_other_takes_over() {
     let a_config = through(&plane.kubeconfig, proxy.addr);
     let a = Manager::start(&a_config, "a", &["--namespace", ns]).await;
     leading(&a).await;
-    let b = Manager::start(&plane.kubeconfig, "b", &["--namespace", ns]).await;
+    let mut b = Manager::start(&plane.kubeconfig, "b", &["--namespace", ns]).await;
     wait_for("B to follow, ready", Duration::from_secs(30), || async {
         let ready = b.get("/readyz")?.0 == 200;
         (ready && b.get("/metrics")?.1.contains("moonin_leader 0")).then_some(())
@@ -203,5 +203,66 @@ async fn a_partitioned_leader_stops_writing_before_the_other_takes_over() {
     eprintln!(
         "partition: writes sent by A after its renew deadline 0 (before it {a_writes}), by B {}",
         writes(&b)
+    );
+
+    // B records one more change and goes; A leads again. A's own baseline of `web` dates
+    // from before the cut (app:1): it starts from the one B published (app:3), or it would
+    // record app:1 → app:3, the two changes B recorded merged into one.
+    load.deploy("registry.example/app:3").await;
+    let b_recorded = [
+        "registry.example/app:1 → registry.example/app:2",
+        "registry.example/app:2 → registry.example/app:3",
+    ];
+    wait_for(
+        "B to record app:3 and publish it as web's baseline",
+        Duration::from_secs(60),
+        || async {
+            let published = load.published_web_image().await;
+            (load.web_changes().await == b_recorded
+                && published.as_deref() == Some("registry.example/app:3"))
+            .then_some(())
+        },
+    )
+    .await;
+    b.kill();
+    wait_for(
+        "A to lead again",
+        Duration::from_secs(LEASE_DURATION_SECONDS + 3 * RETRY_SECONDS + 5),
+        || async {
+            a.get("/metrics")?
+                .1
+                .contains("moonin_leader 1")
+                .then_some(())
+        },
+    )
+    .await;
+    // A's first rebuild measures every Deployment; give it time to, and a change to see.
+    let rebuilds = |m: &Manager| {
+        m.get("/metrics").and_then(|(_, body)| {
+            harness::metric_sum(
+                &body,
+                "moonin_reconcile_duration_seconds_count",
+                &["controller=\"discovery\""],
+            )
+        })
+    };
+    let led_from = rebuilds(&a).unwrap_or_default();
+    wait_for("A to rebuild", Duration::from_secs(60), || async {
+        (rebuilds(&a)? > led_from).then_some(())
+    })
+    .await;
+    load.deploy("registry.example/app:4").await;
+    wait_for("A to record app:4", Duration::from_secs(60), || async {
+        (load.web_changes().await.len() > 2).then_some(())
+    })
+    .await;
+    assert_eq!(
+        load.web_changes().await,
+        [
+            b_recorded[0],
+            b_recorded[1],
+            "registry.example/app:3 → registry.example/app:4"
+        ],
+        "A, leading again, recorded only what changed since B's last record"
     );
 }

@@ -109,14 +109,16 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Each leadership this process gains starts from the baselines the inventories publish, as
-/// a process that has just started does: while it followed, another leader may have recorded
-/// changes and published the baselines they left, and measuring from what this process held
-/// before would record them again, merged into one.
+/// Each leadership this process gains starts from the baselines and replica histories the
+/// inventories publish, as a process that has just started does: while it followed, another
+/// leader may have recorded changes (and slots) and published what they left; going on from
+/// what this process held before would record the changes again, merged into one, and write
+/// its old slot's count over the slots since.
 async fn new_terms(shared: &Shared) {
     let mut terms = std::pin::pin!(shared.ctx.leadership.acquisitions());
     while terms.next().await.is_some() {
         shared.baselines.clear();
+        shared.open_slots.clear();
         shared.pending.mark(Mark::cluster());
     }
     futures::future::pending::<()>().await;
@@ -193,8 +195,13 @@ async fn rebuild_loop(shared: &Arc<Shared>) {
         let retry = dirty.clone();
         let full = serving.begin(&cd);
         if full {
+            // As at a start: what was written meanwhile (by another replica, say) is not
+            // known, and namespaces deleted meanwhile are forgotten by the rebuild.
             state.progress.restart();
-            dirty.everything(shared.stores.namespaces.all().into_iter().map(|(n, _)| n));
+            state.written.clear();
+            let mut all = state.progress.known();
+            all.extend(shared.stores.namespaces.all().into_iter().map(|(n, _)| n));
+            dirty.everything(all);
         }
         let metrics = &shared.ctx.metrics;
         let labels = ControllerLabels {

@@ -8,7 +8,8 @@
 //! The key of the published hashes ([`helm::HashKey`]) is kept in the Secret
 //! [`HASH_KEY_SECRET`] in the manager's namespace: created (immutable, 32 random bytes) by
 //! the first manager that decodes a release, read by every one after it. Without it (its
-//! creation refused) releases are published without their hashes.
+//! creation refused) releases are published without their hashes, and decoded again once it
+//! can be had (tried every [`KEY_RETRY`]).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -75,9 +76,13 @@ pub struct HelmState {
     pub access: Access,
     /// The manager's namespace, where [`HASH_KEY_SECRET`] is kept.
     key_namespace: String,
-    /// The key of the published hashes, once read or created.
-    key: tokio::sync::OnceCell<helm::HashKey>,
+    /// The key of the published hashes, once read or created; or when the last try failed.
+    key: tokio::sync::Mutex<Result<helm::HashKey, Option<std::time::Instant>>>,
 }
+
+/// How long after a failed try the key is tried again (meanwhile releases are published
+/// without their hashes).
+const KEY_RETRY: std::time::Duration = std::time::Duration::from_secs(300);
 
 impl HelmState {
     /// No release decoded yet; the hash key kept in `key_namespace`.
@@ -86,31 +91,33 @@ impl HelmState {
             decoded: Mutex::default(),
             access: Access::new(DENIED),
             key_namespace: key_namespace.to_string(),
-            key: tokio::sync::OnceCell::new(),
+            key: tokio::sync::Mutex::new(Err(None)),
         }
     }
 
     /// The key of the published hashes, read from [`HASH_KEY_SECRET`] or, when there is
-    /// none, created there. `None` (logged) when neither works: the next decode tries again.
+    /// none, created there. `None` (logged) when neither works; tried again [`KEY_RETRY`]
+    /// later.
     async fn hash_key(&self, client: &Client) -> Option<helm::HashKey> {
-        let api: Api<Secret> = Api::namespaced(client.clone(), &self.key_namespace);
-        let key = self
-            .key
-            .get_or_try_init(|| async {
-                match read_key(&api).await? {
-                    Some(k) => Ok(k),
-                    None => create_key(&api).await,
-                }
-            })
-            .await;
-        match key {
-            Ok(k) => Some(k.clone()),
-            Err(e) => {
-                tracing::warn!(namespace = %self.key_namespace, secret = HASH_KEY_SECRET, error = %e,
-                    "no key for the hashes of Helm values and manifests; releases are published without them");
-                None
-            }
+        let mut key = self.key.lock().await;
+        match &*key {
+            Ok(k) => return Some(k.clone()),
+            Err(Some(failed)) if failed.elapsed() < KEY_RETRY => return None,
+            Err(_) => {}
         }
+        let api: Api<Secret> = Api::namespaced(client.clone(), &self.key_namespace);
+        let found = match read_key(&api).await {
+            Ok(Some(k)) => Ok(k),
+            Ok(None) => create_key(&api).await,
+            Err(e) => Err(e),
+        };
+        *key = found.map_err(|e| {
+            tracing::warn!(namespace = %self.key_namespace, secret = HASH_KEY_SECRET, error = %e,
+                retry_in_secs = KEY_RETRY.as_secs(),
+                "no key for the hashes of Helm values and manifests; releases are published without them");
+            Some(std::time::Instant::now())
+        });
+        key.as_ref().ok().cloned()
     }
 
     fn cached(&self, key: &(String, String)) -> Option<Release> {
@@ -245,16 +252,22 @@ pub async fn releases(
     let mut key = None;
     for (release, s) in latest(secrets.in_namespace(ns)) {
         let cache_key = (format!("{ns}/{}", s.name), s.resource_version.clone());
-        if let Some(c) = helm.cached(&cache_key) {
+        let cached = helm.cached(&cache_key);
+        if let Some(c) = cached.clone().filter(|c| c.1.values_hash.is_some()) {
+            out.push(c);
+            continue;
+        }
+        if key.is_none() {
+            key = Some(helm.hash_key(client).await);
+        }
+        let key = key.clone().flatten();
+        // Decoded without the key: again only once there is one.
+        if let Some(c) = cached.filter(|_| key.is_none()) {
             out.push(c);
             continue;
         }
         // One Secret at a time, only when it changed; its data is dropped at the end of
         // this block and never logged.
-        if key.is_none() {
-            key = Some(helm.hash_key(client).await);
-        }
-        let key = key.clone().flatten();
         let decoded = match api.get(&s.name).await {
             Ok(secret) => {
                 let payload = secret
@@ -283,14 +296,8 @@ pub async fn releases(
                     chart: r.chart.name.clone().unwrap_or_default(),
                     version: r.chart.version.clone().unwrap_or_default(),
                 };
-                // Without the key, decoded again (with it) next time.
-                let keyed = r.values_hash.is_some();
                 let entry = (release, HelmRelease::from(r), rev);
-                if keyed {
-                    helm.decoded(cache_key, entry.clone());
-                } else {
-                    helm.access.read_ok();
-                }
+                helm.decoded(cache_key, entry.clone());
                 out.push(entry);
             }
             Err(reason) => {

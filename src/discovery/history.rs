@@ -251,6 +251,11 @@ impl OpenSlots {
         all.extend(open.into_iter().map(|(a, o)| ((ns.to_string(), a), o)));
     }
 
+    /// Forgets every open slot: each history goes on from the one its inventory publishes.
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Open>> {
         self.0
             .lock()

@@ -55,7 +55,11 @@ impl WrittenDigests {
         self.digests().insert(key, d);
     }
 
-    /// That part is gone.
+    /// Forgets every part of every namespace: another replica may have written since.
+    pub fn clear(&self) {
+        self.digests().clear();
+    }
+
     /// Forgets every part of namespace `ns` (deleted, or no longer inventoried).
     pub fn forget_namespace(&self, ns: &str) {
         self.digests().retain(|(n, _), _| n != ns);

@@ -38,6 +38,16 @@ impl Progress {
         self.written.clear();
     }
 
+    /// Every namespace the totals count something of.
+    pub fn known(&self) -> BTreeSet<String> {
+        let mut all: BTreeSet<String> = self.written.iter().cloned().collect();
+        all.extend(self.split.iter().cloned());
+        all.extend(self.signals.keys().cloned());
+        all.extend(self.images.keys().cloned());
+        all.extend(self.by_signal.keys().cloned());
+        all
+    }
+
     /// A namespace no longer inventoried (excluded, deleted or being deleted).
     pub fn forget(&mut self, ns: &str) {
         self.signals.remove(ns);
@@ -159,6 +169,9 @@ mod tests {
         p.restart();
         assert_eq!(p.written_of(&[&a, &b, &c]), 0);
         assert_eq!(p.error_signals(), 5, "a restart keeps the totals");
+        // ... and names the namespaces they count, so that a full rebuild forgets those
+        // deleted meanwhile (while another replica led, say).
+        assert_eq!(p.known(), BTreeSet::from([b.clone(), c.clone()]));
     }
 
     #[test]

@@ -190,7 +190,8 @@ fn pending(snap: &ClaimSnapshot, target: &Target, now: Timestamp) -> ClaimPlan {
         ));
     }
     if !stale && !unreported {
-        return nothing(None);
+        // Looked at again: its Pool or Env may go meanwhile, and no trigger says so.
+        return nothing(Some(RESYNC));
     }
     let next = with_ready(
         snap,
@@ -456,10 +457,10 @@ mod tests {
                 ),
             ),
             (
-                "a queued claim already says so",
+                "a queued claim already says so, and is looked at again in a while",
                 pending(ready(reasons::QUEUED), pool(true, None)),
                 t(30),
-                (None, None, None, None),
+                (None, None, None, RESYNC),
             ),
             (
                 "a bound claim is looked at again when its lifetime ends",

@@ -403,7 +403,9 @@ impl Writer {
     }
 
     /// Writes `ops`, except those of actions whose earlier refusal is still being waited
-    /// out (their last refusal stands); refusals back off per template and action.
+    /// out (their last refusal stands); refusals back off per template and action. A restore
+    /// is never held back: the wait an override's refusal earned is no reason to leave what it
+    /// replaced unrestored.
     async fn write_with_backoff<T: Template>(
         &self,
         tpl: &T,
@@ -415,17 +417,13 @@ impl Writer {
         let clock = tokio::time::Instant::now();
         let mut failures: BTreeMap<String, String> = BTreeMap::new();
         let mut retry_in: Option<std::time::Duration> = None;
-        for op in ops {
+        for op in ops.iter().filter(|op| !op.restores) {
             if let Some(w) = self.backoff.waiting(&key(&op.action), generation, clock) {
                 failures.insert(op.action.clone(), w.message);
                 retry_in = Some(retry_in.map_or(w.remaining, |r| r.min(w.remaining)));
             }
         }
-        let sent: Vec<Op> = ops
-            .iter()
-            .filter(|op| !failures.contains_key(&op.action))
-            .cloned()
-            .collect();
+        let sent = sendable(ops, &failures);
         let (notes, failed) = self.write_ops(&sent).await?;
         for op in &sent {
             if !failed.contains_key(&op.action) {
@@ -598,6 +596,15 @@ impl Writer {
 }
 
 /// Patches one namespaced object and returns its metadata, the only part of the answer read.
+/// The ops to send now: every restore, and the others of the actions not waiting out a
+/// refusal (`waiting`, by action).
+fn sendable(ops: &[Op], waiting: &BTreeMap<String, String>) -> Vec<Op> {
+    ops.iter()
+        .filter(|op| op.restores || !waiting.contains_key(&op.action))
+        .cloned()
+        .collect()
+}
+
 async fn patch_meta<K>(
     client: Client,
     ns: &str,
@@ -673,6 +680,38 @@ fn coalesce(notes: Vec<EventNote>) -> Vec<EventNote> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An action waiting out its override's refusal (a provisional HPA refused by a quota,
+    /// say) still has its restore sent at the window's end.
+    #[test]
+    fn a_refusal_holds_back_the_actions_override_but_never_its_restore() {
+        let op = |action: &str, name: &str, restores: bool| Op {
+            action: action.into(),
+            namespace: "shop".into(),
+            name: name.into(),
+            write: Write::Patch {
+                kind: ObjectKind::Deployment,
+                ops: Vec::new(),
+            },
+            event: None,
+            wave: decide::Wave::default(),
+            restores,
+        };
+        let ops = [
+            op("checkout", "checkout", true),
+            op("checkout", "moonin-checkout", false),
+            op("web", "web", false),
+        ];
+        let waiting = BTreeMap::from([("checkout".to_string(), "refused".to_string())]);
+        let sent: Vec<(String, bool)> = sendable(&ops, &waiting)
+            .into_iter()
+            .map(|o| (o.name, o.restores))
+            .collect();
+        assert_eq!(
+            sent,
+            [("checkout".to_string(), true), ("web".to_string(), false)]
+        );
+    }
 
     #[tokio::test]
     async fn a_write_takes_a_freed_slot_before_a_report_that_asked_earlier() {

@@ -223,10 +223,7 @@ fn autoscaler_from(
         },
     };
     let paused = if kind == AutoscalerKind::ScaledObject {
-        keys::KEDA_PAUSED
-            .iter()
-            .find(|k| annotation(meta, k).is_some())
-            .map(|k| (*k).to_string())
+        keda_pause(meta)
     } else {
         None
     };
@@ -377,6 +374,20 @@ pub fn targets(stores: &Stores, wanted: &BTreeSet<TargetKey>) -> BTreeMap<Target
     out
 }
 
+/// The KEDA annotation that pauses a ScaledObject, if one does. KEDA reads a replica count
+/// as a pause always, and the others unless their value is a boolean false as Go reads one
+/// (`false`, `0`, `f`, …); a value it cannot read as a boolean it takes for a pause.
+fn keda_pause(meta: &ObjectMeta) -> Option<String> {
+    let pauses = |key: &str, value: &str| {
+        key == "autoscaling.keda.sh/paused-replicas"
+            || !matches!(value, "0" | "f" | "F" | "false" | "FALSE" | "False")
+    };
+    keys::KEDA_PAUSED
+        .iter()
+        .find(|k| annotation(meta, k).is_some_and(|v| pauses(k, v)))
+        .map(|k| (*k).to_string())
+}
+
 /// The cached object `r` points at.
 fn get<K: crate::runtime::cache::Cached>(store: &Store<K>, r: &Ref) -> Option<Arc<K>> {
     store.get(&ObjectRef::new(&r.name).within(&r.namespace))
@@ -493,6 +504,34 @@ mod tests {
         h.spec.min_replicas = Some(min);
         h.spec.max_replicas = max;
         h
+    }
+
+    /// `autoscaling.keda.sh/paused: "false"` (as GitOps repositories toggle it) pauses
+    /// nothing; `"true"`, a value KEDA cannot read as a boolean, or a replica count does.
+    #[test]
+    fn a_keda_pause_annotation_set_to_false_pauses_nothing() {
+        let with = |key: &str, value: &str| ObjectMeta {
+            annotations: Some([(key.to_string(), value.to_string())].into()),
+            ..ObjectMeta::default()
+        };
+        let paused = "autoscaling.keda.sh/paused";
+        for (key, value, pauses) in [
+            (paused, "false", false),
+            (paused, "False", false),
+            (paused, "0", false),
+            (paused, "true", true),
+            (paused, "yes", true),
+            ("autoscaling.keda.sh/paused-scale-in", "false", false),
+            ("autoscaling.keda.sh/paused-scale-out", "true", true),
+            ("autoscaling.keda.sh/paused-replicas", "0", true),
+        ] {
+            assert_eq!(
+                keda_pause(&with(key, value)),
+                pauses.then(|| key.to_string()),
+                "{key}: {value}"
+            );
+        }
+        assert_eq!(keda_pause(&ObjectMeta::default()), None);
     }
 
     /// A restored HPA whose controller has written no status since: its Deployment waits 2

@@ -1894,6 +1894,40 @@ fn window_end_clamps_the_deployment_into_the_restored_bounds() {
     }
 }
 
+/// An action removed from the template during its window leaves no status entry to record
+/// its Deployment's restore in: the Deployment is restored all the same (before, it kept
+/// its marks and the window's replicas for good, and the template never settled).
+#[test]
+fn an_action_removed_mid_window_has_its_deployment_restored_all_the_same() {
+    let a = checkout();
+    let mut target = applied_target(&a);
+    // Load took the Deployment above the bounds its HPA goes back to: its restore waits
+    // for a later plan.
+    target.deployment = Some(raised_deployment("checkout", "checkout", 3, 25));
+    let mut s = snap(
+        template(vec![a]),
+        vec![
+            ("checkout", target),
+            ("web", tgt(Some(deployment("web", 2)), vec![])),
+        ],
+    );
+    s.template.actions = vec![action("web", "web", 4, 8)];
+    s.template.status.actions.retain(|x| x.name != "checkout");
+    let plan = converge(&mut s, now(), 6);
+    assert!(plan.ops.is_empty(), "{:#?}", plan.ops);
+    let t = &s.targets[&key("checkout")];
+    let d = t.deployment.as_ref().expect("Deployment");
+    assert_eq!(
+        (d.replicas, d.marks.owner.is_some(), d.original_replicas),
+        (Some(3), false, None)
+    );
+    let h = &t.autoscalers[0];
+    assert_eq!(
+        (h.min, h.max, h.marks.owner.is_some()),
+        (Some(2), Some(20), false)
+    );
+}
+
 #[test]
 fn window_end_deletes_the_provisional_hpa() {
     let a = checkout();
@@ -1923,6 +1957,33 @@ fn window_end_deletes_the_provisional_hpa() {
         ]
     );
     assert_eq!(states(&plan.status), vec![("checkout", "Reverted")]);
+}
+
+/// A Deployment the window did not raise (it was above the minimum) but whose provisional
+/// HPA scaled it, goes back to its replicas from before the window: no autoscaler is left
+/// to decide them, and the provisional HPA's bounds are no bounds any more.
+#[test]
+fn a_deployment_its_provisional_hpa_scaled_is_restored_when_it_goes() {
+    for (before, scaled) in [(12, 30), (40, 30)] {
+        let a = checkout();
+        let mut provisional = provisional_applied(&a);
+        if let Some(o) = provisional.original.as_mut() {
+            o.deployment_replicas = Some(before);
+        }
+        let mut s = snap(
+            template(vec![a]),
+            vec![(
+                "checkout",
+                tgt(Some(deployment("checkout", scaled)), vec![provisional]),
+            )],
+        );
+        let plan = converge(&mut s, after_window(), 4);
+        assert!(plan.ops.is_empty(), "{:#?}", plan.ops);
+        let t = &s.targets[&key("checkout")];
+        assert!(t.autoscalers.is_empty(), "deleted");
+        let d = t.deployment.as_ref().expect("Deployment");
+        assert_eq!(d.replicas, Some(before), "before the window {before}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ struct Carriers {
     restored_bounds: Option<(Option<i32>, Option<i32>)>,
     /// The Deployment's replicas the carrier recorded when the override was applied.
     recorded_replicas: Option<i32>,
-    /// Whether the override's minimum was above those replicas (it raised the Deployment).
+    /// Whether the override's minimum was above those replicas (it raised the Deployment),
+    /// or the override was a provisional HPA (which moved it anywhere within its bounds).
     raised_by_override: bool,
     /// The action the carrier held.
     action: String,
@@ -81,8 +82,11 @@ pub(super) fn revert_target(
                 .zip(a.min)
                 .is_some_and(|(r, m)| m > r);
         }
+        // Nothing scales the Deployment once the provisional HPA is gone (nor clamps it: it
+        // is no carrier): its replicas go back as recorded, raised or not.
         if a.provisional {
             carriers.hold = true;
+            carriers.raised_by_override = carriers.recorded_replicas.is_some();
             carriers.ops.push(delete_provisional(key, a, action));
             continue;
         }
@@ -368,18 +372,24 @@ pub(super) fn plan_restores(
     kept: &BTreeMap<TargetKey, &str>,
 ) -> Restores {
     let t = &snap.template;
-    let recorded = |d: &Workload| {
-        d.original_replicas.is_none()
-            || d.marks.owner.as_ref().is_some_and(|o| {
-                t.status
-                    .actions
-                    .iter()
-                    .any(|s| s.name == o.action && s.original_replicas == d.original_replicas)
-            })
-    };
     let mut waiting = Vec::new();
     let mut reverts: Vec<(i32, String, Vec<Op>)> = Vec::new();
     for (key, target) in &snap.targets {
+        // An action that no longer holds this target (removed, renamed or retargeted during
+        // the window) has no status entry to record the restore in: nothing to wait for.
+        let recorded = |d: &Workload| {
+            d.original_replicas.is_none()
+                || d.marks.owner.as_ref().is_some_and(|o| {
+                    let holds = t
+                        .actions
+                        .iter()
+                        .any(|a| a.name == o.action && &t.target_key(a) == key);
+                    !holds
+                        || t.status.actions.iter().any(|s| {
+                            s.name == o.action && s.original_replicas == d.original_replicas
+                        })
+                })
+        };
         let keep = if window_open {
             kept.get(key).copied()
         } else {

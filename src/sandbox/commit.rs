@@ -454,6 +454,13 @@ pub async fn pool_status(
             body["status"]["claimHistory"] = serde_json::to_value(history).unwrap_or_default();
         }
         body["metadata"] = json!({"resourceVersion": a.resource_version});
+    } else if pool
+        .status
+        .as_ref()
+        .is_some_and(|s| s.auto_scaling.is_some())
+    {
+        // No longer autoscaled: what the autoscaler published goes.
+        body["status"]["autoScaling"] = serde_json::Value::Null;
     }
     let ns = pool.namespace().unwrap_or_default();
     ctx.writer.wrote("SandboxPool/status");

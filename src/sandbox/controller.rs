@@ -23,7 +23,7 @@ use kube::{
     },
 };
 
-use super::load::{Stores, claim_of, claim_targets};
+use super::load::{Stores, claim_of, claim_targets, holding_pool};
 use super::memory::Memory;
 use super::pool::keys;
 use super::shared::Shared;
@@ -231,14 +231,20 @@ fn pod_to_claim(tx: UnboundedSender<ObjectRef<SandboxClaim>>) -> cache::Trigger<
     })
 }
 
-/// A claim change reconciles every Pool it may bind from.
+/// A claim change reconciles every Pool it may bind from, and the Pool whose Pod holds it.
 fn claim_to_pools(
     tx: UnboundedSender<ObjectRef<SandboxPool>>,
     pools: Store<SandboxPool>,
+    pods: Store<Pod>,
 ) -> cache::Trigger<SandboxClaim> {
     Box::new(move |c: &SandboxClaim| {
+        let mut sent = Vec::new();
         for p in pools.state().iter().filter(|p| claim_targets(c, p)) {
-            let _ = tx.unbounded_send(ObjectRef::from_obj(p.as_ref()));
+            sent.push(ObjectRef::from_obj(p.as_ref()));
+        }
+        sent.extend(holding_pool(c, &pods).filter(|r| !sent.contains(r)));
+        for r in sent {
+            let _ = tx.unbounded_send(r);
         }
     })
 }
@@ -293,7 +299,7 @@ fn caches(
         |c| cache::strip_last_applied(&mut c.metadata),
         vec![
             cache::reconcile_itself(tx.claims.clone(), echoes.clone()),
-            claim_to_pools(tx.pools.clone(), pools.clone()),
+            claim_to_pools(tx.pools.clone(), pools.clone(), pods.clone()),
         ],
     );
     let (envs, env_drive) = cache::cache::<SandboxEnv>(

@@ -92,6 +92,20 @@ pub fn claim_targets(c: &SandboxClaim, pool: &SandboxPool) -> bool {
     false
 }
 
+/// The Pool whose Pod holds `c` (the Pod its status names, while it carries the claim's
+/// mark): a claim's change concerns it even when the claim no longer targets it (its Env's
+/// member moved to another scaling group).
+pub fn holding_pool(c: &SandboxClaim, pods: &Store<Pod>) -> Option<ObjectRef<SandboxPool>> {
+    let ns = c.namespace()?;
+    let name = c.status.as_ref()?.pod_name.as_ref()?;
+    let pod = pods.get(&ObjectRef::new(name).within(&ns))?;
+    let (held_by, uid) = claim_of(&pod)?;
+    if held_by != c.name_any() || Some(uid) != c.uid().as_deref() {
+        return None;
+    }
+    Some(ObjectRef::new(pod.labels().get(keys::POOL)?).within(&ns))
+}
+
 fn parse_time(s: Option<&String>) -> Option<Timestamp> {
     s?.parse().ok()
 }
@@ -317,6 +331,21 @@ pub fn pool(stores: &Stores, memory: &Memory, pool: &SandboxPool) -> PoolLoad {
     load
 }
 
+/// The claims a Pool grows for: each waiting claim counts for its share of the Pools it
+/// targets (`targets`, by claim UID; a Pool reference targets one), the sum rounded up.
+/// Counted whole in each, five claims for a group of two Pools grew the group by ten Pods;
+/// by shares, by six. A claim left waiting (its share went to a Pool that cannot grow) counts
+/// again in the next decisions, until an idle Pod of any of its Pools binds it.
+fn demand(waiting: &[&pool::ClaimView], targets: impl Fn(&str) -> usize) -> usize {
+    // In 1/2520ths (divisible by 1 to 10): exact for up to ten Pools, never below the share.
+    const WHOLE: usize = 2520;
+    let shares: usize = waiting
+        .iter()
+        .map(|c| WHOLE.div_ceil(targets(&c.uid).max(1)))
+        .sum();
+    shares.div_ceil(WHOLE)
+}
+
 /// The autoscaler's snapshot of one Pool (its group is filled in by the caller).
 fn autoscaler_snapshot(
     stores: &Stores,
@@ -329,8 +358,17 @@ fn autoscaler_snapshot(
     let views = &load.views;
     let in_flight = load.in_flight_creates.len();
     // Demand: every Pending claim no Pod names, including those the plan binds to idle
-    // Pods (decide subtracts the idle Pods itself).
-    let queued = pool::waiting_claims(&load.plan_input(pool, pool.spec.replicas, views.clone()));
+    // Pods (decide subtracts the idle Pods itself), each for its share: a claim for an Env
+    // (or a group of it) waits in every Pool it may bind in.
+    let input = load.plan_input(pool, pool.spec.replicas, views.clone());
+    let pools = stores.pools.state();
+    let targets = |uid: &str| {
+        claims
+            .iter()
+            .find(|c| c.uid().as_deref() == Some(uid))
+            .map_or(1, |c| pools.iter().filter(|p| claim_targets(c, p)).count())
+    };
+    let queued = demand(&pool::waiting_claims(&input), targets);
     let claimed_by_pods: Vec<&str> = views
         .iter()
         .filter_map(|v| v.claim.as_ref().map(|(n, _)| n.as_str()))
@@ -696,6 +734,32 @@ mod tests {
         assert_eq!(deletes(&memory), (vec![], 2));
     }
 
+    /// Claims for an Env's group count in each of its Pools for their share: the group grows
+    /// by about as many Pods as claims wait, not that many per Pool.
+    #[test]
+    fn a_claim_for_a_group_counts_in_each_of_its_pools_for_its_share() {
+        let claim = |uid: &str| pool::ClaimView {
+            name: uid.into(),
+            uid: uid.into(),
+            created: Timestamp::UNIX_EPOCH,
+            phase: None,
+            pod_name: None,
+        };
+        let group: Vec<pool::ClaimView> = (0..5).map(|i| claim(&format!("g{i}"))).collect();
+        let waiting: Vec<&pool::ClaimView> = group.iter().collect();
+        let two = |_: &str| 2;
+        assert_eq!(demand(&waiting, two), 3, "5 claims over 2 Pools");
+        assert_eq!(demand(&waiting[..1], two), 1);
+        assert_eq!(demand(&waiting, |_| 3), 2, "over 3 Pools");
+        assert_eq!(demand(&waiting, |_| 1), 5, "Pool references");
+        let own = claim("own");
+        let mixed = [&own, waiting[0], waiting[1]];
+        let targets = |uid: &str| if uid == "own" { 1 } else { 2 };
+        assert_eq!(demand(&mixed, targets), 2);
+        assert_eq!(demand(&[], two), 0);
+        assert_eq!(demand(&waiting, |_| 0), 5, "a claim counts at least once");
+    }
+
     /// A claim bound through its Env's scaling group keeps its Pod when the Env's member
     /// moves to another group: the claim no longer targets the Pool, but its Pod holds it.
     #[test]
@@ -736,5 +800,17 @@ mod tests {
         let plan = pool::plan(&snap, || "fresh".to_string());
         assert_eq!(plan.ops, vec![], "nothing released, nothing created");
         assert_eq!((plan.counts.claimed, plan.counts.idle), (1, 1));
+        // Its release or deletion wakes the Pool that holds its Pod all the same.
+        let c = stores.claims.state()[0].clone();
+        assert_eq!(
+            holding_pool(&c, &stores.pods),
+            Some(ObjectRef::new("p").within("ns"))
+        );
+        let unmarked = store(vec![pod("a", false)]);
+        assert_eq!(
+            holding_pool(&c, &unmarked),
+            None,
+            "a Pod that no longer holds it"
+        );
     }
 }

@@ -238,9 +238,9 @@ pub fn plan(snap: &PoolSnapshot, fresh_names: impl FnMut() -> String) -> PoolPla
 /// The claims waiting for a Pod of the pool: Pending and held by none of its Pods, those a
 /// plan would bind to idle Pods included. The autoscaler's queue (it subtracts the idle
 /// Pods itself).
-pub fn waiting_claims(snap: &PoolSnapshot) -> usize {
+pub fn waiting_claims(snap: &PoolSnapshot) -> Vec<&ClaimView> {
     let (_, held) = triage(snap, &mut Vec::new());
-    pending_claims(snap, &held).len()
+    pending_claims(snap, &held)
 }
 
 /// Each Pod as it stands: a terminating Pod is gone; a finished one is deleted; a claimed
@@ -507,7 +507,7 @@ pub fn status_changed(
     next_conditions: &[Condition],
     auto_scaling: Option<&PoolAutoScalingStatus>,
 ) -> bool {
-    auto_scaling.is_some_and(|a| current.auto_scaling.as_ref() != Some(a))
+    current.auto_scaling.as_ref() != auto_scaling
         || current.replicas != counts.replicas
         || current.ready_replicas != counts.ready
         || current.idle_replicas != counts.idle

@@ -99,7 +99,12 @@ async fn report(
     let create_error = writes.create_error.as_deref();
     let auto_conditions = autoscaled.map_or(&[][..], |a| a.decision.conditions.as_slice());
     let desired = pool::status_conditions(plan.counts, replicas, create_error, auto_conditions);
-    let next = conditions::merge(&current.conditions, &desired, generation, now.wall);
+    let mut next = conditions::merge(&current.conditions, &desired, generation, now.wall);
+    // A Pool the autoscaler no longer sizes (its member left its scaling group) keeps none of
+    // its conditions, nor its status (`autoScaling` is removed below).
+    if autoscaled.is_none() {
+        next.retain(|c| !autoscaler::condition_types::ALL.contains(&c.type_.as_str()));
+    }
     let auto_status = autoscaled.map(|a| &a.decision.status);
     let history = autoscaled.and_then(|a| a.decision.claim_history.as_ref());
     let changed = pool::status_changed(&current, generation, plan.counts, &next, auto_status)
@@ -108,9 +113,9 @@ async fn report(
     // Counts and conditions alone wait out the interval since the last status write; the
     // autoscaler's part, a new generation and a refused create are written at once.
     let key = load::pool_key(pool);
-    let urgent = autoscaled.is_some_and(|a| {
-        current.auto_scaling.as_ref() != Some(&a.decision.status) || !a.decision.events.is_empty()
-    }) || history.is_some()
+    let urgent = current.auto_scaling.as_ref() != auto_status
+        || autoscaled.is_some_and(|a| !a.decision.events.is_empty())
+        || history.is_some()
         || current.observed_generation != generation
         || create_error.is_some();
     let deferred = (changed && !urgent)

@@ -554,3 +554,26 @@ mod fuzzed {
         }
     }
 }
+
+/// A Pool the autoscaler no longer sizes (its member left its scaling group) has its
+/// published autoscaling status removed: a status change, although nothing else moved.
+#[test]
+fn an_autoscaling_status_with_no_autoscaler_left_is_a_change() {
+    let counts = Counts::default();
+    let current = crate::api::sandbox::SandboxPoolStatus {
+        auto_scaling: Some(crate::api::sandbox::PoolAutoScalingStatus::default()),
+        replicas: counts.replicas,
+        ready_replicas: counts.ready,
+        idle_replicas: counts.idle,
+        claimed_replicas: counts.claimed,
+        ..Default::default()
+    };
+    let same = current.auto_scaling.clone();
+    assert!(!status_changed(&current, None, counts, &[], same.as_ref()));
+    assert!(status_changed(&current, None, counts, &[], None));
+    let none = crate::api::sandbox::SandboxPoolStatus {
+        auto_scaling: None,
+        ..current
+    };
+    assert!(!status_changed(&none, None, counts, &[], None));
+}

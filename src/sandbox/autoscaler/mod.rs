@@ -66,6 +66,8 @@ pub mod condition_types {
     pub const SATURATED: &str = "Saturated";
     /// True while the group's bounds stop the Pool from growing or shrinking as it would.
     pub const SCALING_LIMITED: &str = "ScalingLimited";
+    /// Every one of them: a Pool the autoscaler no longer sizes keeps none.
+    pub const ALL: [&str; 2] = [SATURATED, SCALING_LIMITED];
 }
 
 /// Condition and Event reasons.

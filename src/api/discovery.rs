@@ -473,7 +473,8 @@ pub struct CronJobRun {
     /// When it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end: Option<Time>,
-    /// `Running`, `Succeeded` or `Failed`.
+    /// `Running`, `Succeeded`, `Failed`, or `Unknown`: its Job was deleted before discovery
+    /// saw it end, and the CronJob's `lastSuccessfulTime` does not say it succeeded.
     pub result: String,
 }
 

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Serialize;
 
@@ -202,10 +203,18 @@ pub fn scaled_object_summary(so: &ScaledObjectView) -> String {
 /// Job name; the newest [`MAX_RUNS`] kept, newest first.
 ///
 /// Runs whose Jobs Kubernetes has deleted (history limits, TTL) are kept as recorded: that
-/// is what makes the inventory's history longer than the cluster's. Newest means the latest
+/// is what makes the inventory's history longer than the cluster's. A run recorded
+/// `Running` whose Job was deleted before it was seen to end (`ttlSecondsAfterFinished: 0`,
+/// a history limit of 0, `concurrencyPolicy: Replace`, a leaderless moment) did end: it is
+/// `Succeeded` at the CronJob's `lastSuccessfulTime` (`last_successful`) when that falls
+/// after its start and before the next run's, else `Unknown`. Newest means the latest
 /// start; a Job not started yet is newer than any started one; ties go by Job name,
 /// descending (CronJob Job names end with the scheduled minute).
-pub fn merge_runs(previous: &[CronJobRun], jobs: &[&JobView]) -> Vec<CronJobRun> {
+pub fn merge_runs(
+    previous: &[CronJobRun],
+    jobs: &[&JobView],
+    last_successful: Option<Timestamp>,
+) -> Vec<CronJobRun> {
     let mut by_job: BTreeMap<&str, CronJobRun> = previous
         .iter()
         .map(|r| (r.job.as_str(), r.clone()))
@@ -226,9 +235,33 @@ pub fn merge_runs(previous: &[CronJobRun], jobs: &[&JobView]) -> Vec<CronJobRun>
         let key = |r: &CronJobRun| (r.start.is_none(), r.start.as_ref().map(|t| t.0));
         key(b).cmp(&key(a)).then_with(|| b.job.cmp(&a.job))
     });
+    let mut next_start: Option<Timestamp> = None;
+    for run in &mut runs {
+        let start = run.start.as_ref().map(|t| t.0);
+        let gone = !jobs.iter().any(|j| j.name == run.job);
+        if gone && run.result == RUNNING {
+            let succeeded = last_successful.filter(|done| {
+                start.is_some_and(|s| s <= *done) && next_start.is_none_or(|n| *done < n)
+            });
+            run.end = succeeded.map(Time);
+            run.result = if succeeded.is_some() {
+                "Succeeded"
+            } else {
+                UNKNOWN
+            }
+            .to_string();
+        }
+        next_start = start.or(next_start);
+    }
     runs.truncate(MAX_RUNS);
     runs
 }
+
+/// The result of a run in progress.
+const RUNNING: &str = "Running";
+/// The result of a run whose Job was deleted before it was seen to end, with no sign that it
+/// succeeded.
+const UNKNOWN: &str = "Unknown";
 
 /// Counts bytes written, to size JSON without keeping it.
 #[derive(Default)]

@@ -256,7 +256,7 @@ fn merged_runs_keep_deleted_jobs_and_update_changed_ones() {
     // n-1 and n-2 were deleted by the history limit; n-3 finished; n-4 is new.
     let j3 = job("n-3", &day(3), Some("2026-03-03T02:10:00Z"), "Succeeded");
     let j4 = job("n-4", &day(4), None, "Running");
-    let runs = merge_runs(&previous, &[&j3, &j4]);
+    let runs = merge_runs(&previous, &[&j3, &j4], None);
     assert_eq!(
         runs,
         vec![
@@ -270,8 +270,42 @@ fn merged_runs_keep_deleted_jobs_and_update_changed_ones() {
         ]
     );
     // Merging again with nothing new changes nothing.
-    assert_eq!(merge_runs(&runs, &[&j3, &j4]), runs);
-    assert_eq!(merge_runs(&runs, &[]), runs);
+    assert_eq!(merge_runs(&runs, &[&j3, &j4], None), runs);
+}
+
+/// A run whose Job was deleted before it was seen to end does not stay `Running` for good:
+/// the CronJob's `lastSuccessfulTime` says it succeeded, or its result is `Unknown`.
+#[test]
+fn a_running_run_whose_job_is_gone_ends() {
+    let previous = vec![
+        recorded("n-3", &day(3), "Running"),
+        recorded("n-2", &day(2), "Running"),
+        recorded("n-1", &day(1), "Succeeded"),
+    ];
+    // n-2 succeeded at 02:05 on the 2nd (the last success); n-3's Job went without a trace.
+    let done = ts("2026-03-02T02:05:00Z");
+    let runs = merge_runs(&previous, &[], Some(done));
+    assert_eq!(
+        runs,
+        vec![
+            recorded("n-3", &day(3), "Unknown"),
+            CronJobRun {
+                end: Some(Time(done)),
+                ..recorded("n-2", &day(2), "Succeeded")
+            },
+            recorded("n-1", &day(1), "Succeeded"),
+        ]
+    );
+    // The newest run, gone after the last success: that success was its own.
+    let later = ts("2026-03-03T02:07:00Z");
+    let runs = merge_runs(&previous[..1], &[], Some(later));
+    assert_eq!(
+        (runs[0].result.as_str(), runs[0].end.clone()),
+        ("Succeeded", Some(Time(later)))
+    );
+    // Still running while its Job is there.
+    let j3 = job("n-3", &day(3), None, "Running");
+    assert_eq!(merge_runs(&previous, &[&j3], None)[0].result, "Running");
 }
 
 #[test]
@@ -283,7 +317,7 @@ fn merged_runs_are_capped_newest_first() {
         .map(|n| job(&format!("n-{n:02}"), &day(n), None, "Failed"))
         .collect();
     let refs: Vec<&JobView> = jobs.iter().collect();
-    let runs = merge_runs(&previous, &refs);
+    let runs = merge_runs(&previous, &refs, None);
     let names: Vec<&str> = runs.iter().map(|r| r.job.as_str()).collect();
     assert_eq!(
         names,
@@ -301,7 +335,7 @@ fn a_job_not_started_yet_is_the_newest_run() {
         result: "Running",
         ..Default::default()
     };
-    let runs = merge_runs(&previous, &[&pending]);
+    let runs = merge_runs(&previous, &[&pending], None);
     assert_eq!(runs[0].job, "n-3");
     assert_eq!(runs[0].start, None);
     assert_eq!(runs[1].job, "n-2");

@@ -292,7 +292,7 @@ fn cron_job_entries(s: &NamespaceSnapshot) -> Vec<CronJobEntry> {
             .iter()
             .filter(|j| j.cron_job.as_deref() == Some(c.name.as_str()))
             .collect();
-        let runs = inventory::merge_runs(&runs_before, &own);
+        let runs = inventory::merge_runs(&runs_before, &own, c.last_successful);
         let found = signals::cron_job_signals(c, &runs, s.now);
         entries.push(CronJobEntry {
             name: c.name.clone(),

@@ -17,7 +17,7 @@ use super::{
     history::{self, OpenSlots},
     opt_in::Access,
     rebuild::{RebuildState, Refusals, Serving, Streak, rebuild},
-    stores,
+    signals, stores,
 };
 use crate::api::discovery::{ClusterDiscovery, NamespaceInventory, WorkloadRevision};
 use crate::runtime::{
@@ -103,6 +103,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         _ = rebuild_loop(&shared) => {}
         _ = history_ticks(&shared) => {}
         _ = new_terms(&shared) => {}
+        _ = missed_schedule_ticks(&shared) => {}
         _ = heartbeat::run(&shared.ctx, &shared.reachability, &shared.pending) => {}
         _ = ctx.shutdown.cancelled() => {}
     }
@@ -122,6 +123,26 @@ async fn new_terms(shared: &Shared) {
         shared.pending.mark(Mark::cluster());
     }
     futures::future::pending::<()>().await;
+}
+
+/// Marks a namespace once one of its CronJobs misses a fire ([`signals::missed_at`]): a fire
+/// that does not happen changes no object, so nothing else would, and `MissedSchedule` would
+/// wait for an unrelated change.
+async fn missed_schedule_ticks(shared: &Shared) {
+    const EVERY: Duration = Duration::from_secs(30);
+    let mut since = jiff::Timestamp::now();
+    loop {
+        tokio::time::sleep(EVERY).await;
+        let now = jiff::Timestamp::now();
+        let due = shared
+            .stores
+            .cron_jobs
+            .namespaces_where(|c| signals::missed_at(c).is_some_and(|at| since < at && at <= now));
+        for ns in due {
+            shared.pending.mark(Mark::namespace(&ns));
+        }
+        since = now;
+    }
 }
 
 /// Reports readiness once every store has listed, and asks for the first (full) rebuild;

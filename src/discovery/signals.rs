@@ -298,27 +298,24 @@ pub fn cron_job_signals(c: &CronJobView, runs: &[CronJobRun], now: Timestamp) ->
 }
 
 fn missed_schedule(c: &CronJobView, now: Timestamp) -> bool {
+    missed_at(c).is_some_and(|due| due < now)
+}
+
+/// When the CronJob's next fire counts as missed, if it runs at all: that fire (after its
+/// last scheduled run, else its creation) plus [`MISSED_SCHEDULE_GRACE`]. A fire that does
+/// not happen changes no object, so the controller marks the namespace when this passes.
+pub fn missed_at(c: &CronJobView) -> Option<Timestamp> {
     if c.suspend {
-        return false;
+        return None;
     }
-    let Some(since) = c.last_schedule.or(c.created) else {
-        return false;
-    };
-    let Ok(schedule) = Schedule::parse(&c.schedule) else {
-        return false;
-    };
+    let since = c.last_schedule.or(c.created)?;
+    let schedule = Schedule::parse(&c.schedule).ok()?;
     let tz = match c.time_zone.as_deref() {
         None => TimeZone::UTC,
-        Some(name) => match TimeZone::get(name) {
-            Ok(tz) => tz,
-            Err(_) => return false,
-        },
+        Some(name) => TimeZone::get(name).ok()?,
     };
-    fires::next_fire(&schedule, &tz, since).is_some_and(|fire| {
-        fire.at
-            .checked_add(MISSED_SCHEDULE_GRACE)
-            .is_ok_and(|due| due < now)
-    })
+    let fire = fires::next_fire(&schedule, &tz, since)?;
+    fire.at.checked_add(MISSED_SCHEDULE_GRACE).ok()
 }
 
 /// Autoscalers whose target does not exist: `(name, "TargetNotFound: Deployment/<name>")`

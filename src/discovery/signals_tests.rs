@@ -458,6 +458,19 @@ fn missed_schedule_after_one_period_and_the_grace() {
     }
 }
 
+/// The instant the controller wakes the namespace at: the next fire plus the grace; none for
+/// a suspended CronJob.
+#[test]
+fn a_missed_schedule_is_due_at_the_next_fire_plus_the_grace() {
+    let c = nightly();
+    assert_eq!(missed_at(&c), Some(ts("2026-03-11T02:05:00Z")));
+    let suspended = CronJobView {
+        suspend: true,
+        ..nightly()
+    };
+    assert_eq!(missed_at(&suspended), None);
+}
+
 #[test]
 fn missed_schedule_counts_from_creation_when_never_scheduled() {
     let mut c = nightly();

@@ -13,7 +13,7 @@ use super::{
     baselines::Baselines,
     dirty::{Mark, Pending},
     heartbeat::{self, Reachability},
-    helm_secrets::HelmState,
+    helm_secrets::{self, HelmState},
     history::{self, OpenSlots},
     opt_in::Access,
     rebuild::{RebuildState, Refusals, Serving, Streak, rebuild},
@@ -104,6 +104,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
         _ = history_ticks(&shared) => {}
         _ = new_terms(&shared) => {}
         _ = missed_schedule_ticks(&shared) => {}
+        _ = helm_key_ticks(&shared) => {}
         _ = heartbeat::run(&shared.ctx, &shared.reachability, &shared.pending) => {}
         _ = ctx.shutdown.cancelled() => {}
     }
@@ -142,6 +143,20 @@ async fn missed_schedule_ticks(shared: &Shared) {
             shared.pending.mark(Mark::namespace(&ns));
         }
         since = now;
+    }
+}
+
+/// While the key of the Helm hashes could not be had, marks the namespaces with Helm
+/// releases every [`helm_secrets::KEY_RETRY`], so that their releases are decoded again, with
+/// their hashes once the key can be had, even when nothing in them changes.
+async fn helm_key_ticks(shared: &Shared) {
+    loop {
+        tokio::time::sleep(helm_secrets::KEY_RETRY).await;
+        if shared.helm.keyless() {
+            for ns in shared.stores.helm_secrets.namespaces_where(|_| true) {
+                shared.pending.mark(Mark::namespace(&ns));
+            }
+        }
     }
 }
 

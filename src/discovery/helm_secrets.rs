@@ -82,7 +82,7 @@ pub struct HelmState {
 
 /// How long after a failed try the key is tried again (meanwhile releases are published
 /// without their hashes).
-const KEY_RETRY: std::time::Duration = std::time::Duration::from_secs(300);
+pub const KEY_RETRY: std::time::Duration = std::time::Duration::from_secs(300);
 
 impl HelmState {
     /// No release decoded yet; the hash key kept in `key_namespace`.
@@ -93,6 +93,13 @@ impl HelmState {
             key_namespace: key_namespace.to_string(),
             key: tokio::sync::Mutex::new(Err(None)),
         }
+    }
+
+    /// Whether the last try for the key failed (releases are published without hashes).
+    pub fn keyless(&self) -> bool {
+        self.key
+            .try_lock()
+            .is_ok_and(|k| matches!(*k, Err(Some(_))))
     }
 
     /// The key of the published hashes, read from [`HASH_KEY_SECRET`] or, when there is

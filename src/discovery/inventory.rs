@@ -239,7 +239,9 @@ pub fn merge_runs(
     for run in &mut runs {
         let start = run.start.as_ref().map(|t| t.0);
         let gone = !jobs.iter().any(|j| j.name == run.job);
-        if gone && run.result == RUNNING {
+        // `Unknown` is looked at again: the CronJob's `lastSuccessfulTime` may come after
+        // the Job's deletion.
+        if gone && (run.result == RUNNING || run.result == UNKNOWN) {
             let succeeded = last_successful.filter(|done| {
                 start.is_some_and(|s| s <= *done) && next_start.is_none_or(|n| *done < n)
             });

@@ -303,6 +303,14 @@ fn a_running_run_whose_job_is_gone_ends() {
         (runs[0].result.as_str(), runs[0].end.clone()),
         ("Succeeded", Some(Time(later)))
     );
+    // An `Unknown` run whose success is recorded later (the CronJob's status came after the
+    // Job's deletion) is `Succeeded` then.
+    let unknown = merge_runs(&previous[..1], &[], None);
+    assert_eq!(unknown[0].result, "Unknown");
+    assert_eq!(
+        merge_runs(&unknown, &[], Some(later))[0].result,
+        "Succeeded"
+    );
     // Still running while its Job is there.
     let j3 = job("n-3", &day(3), None, "Running");
     assert_eq!(merge_runs(&previous, &[&j3], None)[0].result, "Running");

@@ -461,6 +461,7 @@ pub async fn pool_status(
     {
         // No longer autoscaled: what the autoscaler published goes.
         body["status"]["autoScaling"] = serde_json::Value::Null;
+        body["status"]["claimHistory"] = serde_json::Value::Null;
     }
     let ns = pool.namespace().unwrap_or_default();
     ctx.writer.wrote("SandboxPool/status");

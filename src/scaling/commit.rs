@@ -5,7 +5,7 @@
 //! preconditions). When one of them changed in between, the API server refuses the whole
 //! patch, nothing is clobbered, and the template is reconciled again from fresh caches.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
@@ -306,11 +306,9 @@ impl Writer {
 
     /// Writes `ops` wave by wave. Within a wave the actions run concurrently and each
     /// action's ops run in order; an action stops at its first refused write. Returns the
-    /// Events of the writes that succeeded and the refusals by action.
-    async fn write_ops(
-        &self,
-        ops: &[Op],
-    ) -> Result<(Vec<EventNote>, BTreeMap<String, String>), CommitError> {
+    /// Events of the writes that succeeded and the refusals by action (whether the refused
+    /// write was a restore, and the API server's message).
+    async fn write_ops(&self, ops: &[Op]) -> Result<(Vec<EventNote>, Refusals), CommitError> {
         let mut waves: BTreeMap<decide::Wave, BTreeMap<&str, Vec<&Op>>> = BTreeMap::new();
         for op in ops {
             waves
@@ -332,7 +330,7 @@ impl Writer {
                     for op in ops {
                         match self.write(op).await {
                             Ok(Ok(())) => notes.extend(op.event.clone()),
-                            Ok(Err(msg)) => return (action, notes, Ok(Some(msg))),
+                            Ok(Err(msg)) => return (action, notes, Ok(Some((op.restores, msg)))),
                             Err(e) => return (action, notes, Err(e)),
                         }
                     }
@@ -343,8 +341,8 @@ impl Writer {
                 notes.extend(done);
                 match outcome {
                     Ok(None) => {}
-                    Ok(Some(msg)) => {
-                        failed.insert(action.to_string(), msg);
+                    Ok(Some(refusal)) => {
+                        failed.insert(action.to_string(), refusal);
                     }
                     Err(e) => stop = stop.or(Some(e)),
                 }
@@ -402,37 +400,45 @@ impl Writer {
         Ok(written.retry_in)
     }
 
-    /// Writes `ops`, except those of actions whose earlier refusal is still being waited
-    /// out (their last refusal stands); refusals back off per template and action. A restore
-    /// is never held back: the wait an override's refusal earned is no reason to leave what it
-    /// replaced unrestored.
+    /// Writes `ops`, except those whose earlier refusal is still being waited out (their last
+    /// refusal stands); refusals back off per template, action, and whether they restore: the
+    /// wait an override's refusal earned never holds back the restore of what it replaced, and
+    /// a restore's own refusal backs off like any other.
     async fn write_with_backoff<T: Template>(
         &self,
         tpl: &T,
         ops: &[Op],
     ) -> Result<Written, CommitError> {
         let id = crate::runtime::reference(tpl);
-        let key = |action: &str| format!("{id}/{action}");
+        let key = |action: &str, restores: bool| {
+            format!("{id}/{action}{}", if restores { "/restore" } else { "" })
+        };
         let generation = tpl.meta().generation;
         let clock = tokio::time::Instant::now();
         let mut failures: BTreeMap<String, String> = BTreeMap::new();
+        let mut held = BTreeSet::new();
         let mut retry_in: Option<std::time::Duration> = None;
-        for op in ops.iter().filter(|op| !op.restores) {
-            if let Some(w) = self.backoff.waiting(&key(&op.action), generation, clock) {
+        for op in ops {
+            let k = key(&op.action, op.restores);
+            if let Some(w) = self.backoff.waiting(&k, generation, clock) {
                 failures.insert(op.action.clone(), w.message);
+                held.insert((op.action.clone(), op.restores));
                 retry_in = Some(retry_in.map_or(w.remaining, |r| r.min(w.remaining)));
             }
         }
-        let sent = sendable(ops, &failures);
+        let sent = sendable(ops, &held);
         let (notes, failed) = self.write_ops(&sent).await?;
         for op in &sent {
             if !failed.contains_key(&op.action) {
-                self.backoff.succeeded(&key(&op.action));
+                self.backoff.succeeded(&key(&op.action, op.restores));
             }
         }
         let mut counted = BTreeMap::new();
-        for (action, msg) in &failed {
-            let step = self.backoff.failed(&key(action), generation, clock, msg);
+        let mut refused = BTreeMap::new();
+        for (action, (restores, msg)) in failed {
+            let step = self
+                .backoff
+                .failed(&key(&action, restores), generation, clock, &msg);
             retry_in = Some(retry_in.map_or(step.wait, |r| r.min(step.wait)));
             if step.counted {
                 tracing::warn!(
@@ -444,8 +450,9 @@ impl Writer {
                 );
                 counted.insert(action.clone(), msg.clone());
             }
+            refused.insert(action, msg);
         }
-        failures.extend(failed);
+        failures.extend(refused);
         Ok(Written {
             notes,
             failures,
@@ -596,14 +603,17 @@ impl Writer {
 }
 
 /// Patches one namespaced object and returns its metadata, the only part of the answer read.
-/// The ops to send now: every restore, and the others of the actions not waiting out a
-/// refusal (`waiting`, by action).
-fn sendable(ops: &[Op], waiting: &BTreeMap<String, String>) -> Vec<Op> {
+/// The ops to send now: those not waiting out a refusal (`held`: by action and whether
+/// the refused write restored). An action's restores and its other writes wait apart.
+fn sendable(ops: &[Op], held: &BTreeSet<(String, bool)>) -> Vec<Op> {
     ops.iter()
-        .filter(|op| op.restores || !waiting.contains_key(&op.action))
+        .filter(|op| !held.contains(&(op.action.clone(), op.restores)))
         .cloned()
         .collect()
 }
+
+/// Refused writes by action: whether the refused write was a restore, and the message.
+type Refusals = BTreeMap<String, (bool, String)>;
 
 async fn patch_meta<K>(
     client: Client,
@@ -702,8 +712,8 @@ mod tests {
             op("checkout", "moonin-checkout", false),
             op("web", "web", false),
         ];
-        let waiting = BTreeMap::from([("checkout".to_string(), "refused".to_string())]);
-        let sent: Vec<(String, bool)> = sendable(&ops, &waiting)
+        let held = BTreeSet::from([("checkout".to_string(), false)]);
+        let sent: Vec<(String, bool)> = sendable(&ops, &held)
             .into_iter()
             .map(|o| (o.name, o.restores))
             .collect();
@@ -711,6 +721,10 @@ mod tests {
             sent,
             [("checkout".to_string(), true), ("web".to_string(), false)]
         );
+        // A refused restore waits out its own backoff, and holds back nothing else.
+        let held = BTreeSet::from([("checkout".to_string(), true)]);
+        let sent: Vec<String> = sendable(&ops, &held).into_iter().map(|o| o.name).collect();
+        assert_eq!(sent, ["moonin-checkout", "web"]);
     }
 
     #[tokio::test]

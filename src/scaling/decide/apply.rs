@@ -333,7 +333,7 @@ fn undone(c: &Autoscaler, what: &str, reapplies: &mut i32) -> (bool, (bool, Stri
     let mut who: Vec<String> = [min_f, max_f]
         .iter()
         .filter_map(|f| c.managers.get(*f))
-        .filter(|m| m.as_str() != field_manager::SCALING)
+        .filter(|m| !field_manager::is_scaling(m))
         .cloned()
         .collect();
     who.dedup();
@@ -461,8 +461,11 @@ fn strip_copied_marks(action: &ScalingAction, key: &TargetKey, dep: &Workload) -
         events::COPIED_MARKS_REMOVED,
         format!("{}: {msg}", action.name),
     );
-    o.ops
-        .push(deployment_op(action.name.clone(), key, dep, patch, event));
+    // Part of an override, not a restore: written as moonin-scaling, on the override's backoff.
+    o.ops.push(Op {
+        restores: false,
+        ..deployment_op(action.name.clone(), key, dep, patch, event)
+    });
     o
 }
 

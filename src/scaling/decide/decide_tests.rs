@@ -1977,6 +1977,17 @@ fn a_deployment_its_provisional_hpa_scaled_is_restored_when_it_goes() {
                 tgt(Some(deployment("checkout", scaled)), vec![provisional]),
             )],
         );
+        // The Deployment first: its record is on the provisional HPA alone.
+        let kinds: Vec<&str> = decide(&s, after_window())
+            .ops
+            .iter()
+            .map(|o| match &o.write {
+                Write::Patch { .. } => "patch",
+                Write::DeleteHpa { .. } => "delete",
+                Write::CreateHpa(_) => "create",
+            })
+            .collect();
+        assert_eq!(kinds, ["patch", "delete"]);
         let plan = converge(&mut s, after_window(), 4);
         assert!(plan.ops.is_empty(), "{:#?}", plan.ops);
         let t = &s.targets[&key("checkout")];

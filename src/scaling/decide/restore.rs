@@ -106,7 +106,20 @@ pub(super) fn revert_target(
         || target.autoscalers.iter().any(|a| a.unobserved)
         || dep.is_some_and(|d| !recorded(d));
     let mut ops = std::mem::take(&mut carriers.ops);
-    ops.extend(restore_deployment(key, target, owned, carriers, waits));
+    // A Deployment without marks has its record on the provisional HPA alone: it is restored
+    // before that HPA goes, so that a refused patch (the HPA scaled it meanwhile) is planned
+    // again from the record, and a deletion never leaves it without one.
+    let record_on_provisional = target
+        .autoscalers
+        .iter()
+        .any(|a| a.provisional && owned(&a.marks))
+        && dep.is_some_and(|d| !owned(&d.marks));
+    let restored = restore_deployment(key, target, owned, carriers, waits);
+    if record_on_provisional {
+        ops.splice(0..0, restored);
+    } else {
+        ops.extend(restored);
+    }
     (ops, waits && dep.is_some_and(|d| owned(&d.marks)))
 }
 

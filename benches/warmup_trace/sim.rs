@@ -13,8 +13,8 @@ use moonin::api::sandbox::{
     ScalingGroup,
 };
 use moonin::sandbox::autoscaler::{
-    Admission, ForecastInput, InFlight, PodState, PoolPod, PoolView, QueueStats, Recommendation,
-    RecommendationHistory, ScaleDownMark, Snapshot, decide,
+    Admission, Arrival, ForecastInput, InFlight, PodState, PoolPod, PoolView, QueueStats,
+    Recommendation, RecommendationHistory, ScaleDownMark, Snapshot, decide,
     forecast::{self, Geometry},
 };
 
@@ -190,8 +190,8 @@ impl Pool {
                 arrivals: self
                     .arrivals
                     .iter()
-                    .copied()
-                    .filter(|t| *t >= since)
+                    .filter(|t| **t >= since)
+                    .map(|t| Arrival::whole(*t))
                     .collect(),
                 starts: self
                     .pods

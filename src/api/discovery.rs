@@ -161,7 +161,8 @@ pub struct ClusterMetadata {
     /// Zones with at least one Node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zones: Vec<String>,
-    /// The API server's version.
+    /// The API server's version, as its `/version` gives it; asked again at the next
+    /// rebuild once 10 minutes have passed, so an upgrade shows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes_version: Option<Sourced>,
 }

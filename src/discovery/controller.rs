@@ -126,38 +126,49 @@ async fn new_terms(shared: &Shared) {
     futures::future::pending::<()>().await;
 }
 
-/// Marks a namespace once one of its CronJobs misses a fire ([`signals::missed_at`]): a fire
-/// that does not happen changes no object, so nothing else would, and `MissedSchedule` would
-/// wait for an unrelated change.
-async fn missed_schedule_ticks(shared: &Shared) {
-    const EVERY: Duration = Duration::from_secs(30);
+/// Every `period`, marks the namespaces `due` names, given the previous tick's time and
+/// this one's: for what changes no object, so that no watch event would mark them.
+async fn mark_every(
+    shared: &Shared,
+    period: Duration,
+    due: impl Fn(jiff::Timestamp, jiff::Timestamp) -> BTreeSet<String>,
+) {
     let mut since = jiff::Timestamp::now();
     loop {
-        tokio::time::sleep(EVERY).await;
+        tokio::time::sleep(period).await;
         let now = jiff::Timestamp::now();
-        let due = shared
-            .stores
-            .cron_jobs
-            .namespaces_where(|c| signals::missed_at(c).is_some_and(|at| since < at && at <= now));
-        for ns in due {
+        for ns in due(since, now) {
             shared.pending.mark(Mark::namespace(&ns));
         }
         since = now;
     }
 }
 
+/// Marks a namespace once one of its CronJobs misses a fire ([`signals::missed_at`]): a fire
+/// that does not happen changes no object, and `MissedSchedule` would wait for an unrelated
+/// change.
+async fn missed_schedule_ticks(shared: &Shared) {
+    mark_every(shared, Duration::from_secs(30), |since, now| {
+        shared
+            .stores
+            .cron_jobs
+            .namespaces_where(|c| signals::missed_at(c).is_some_and(|at| since < at && at <= now))
+    })
+    .await
+}
+
 /// While the key of the Helm hashes could not be had, marks the namespaces with Helm
 /// releases every [`helm_secrets::KEY_RETRY`], so that their releases are decoded again, with
 /// their hashes once the key can be had, even when nothing in them changes.
 async fn helm_key_ticks(shared: &Shared) {
-    loop {
-        tokio::time::sleep(helm_secrets::KEY_RETRY).await;
+    mark_every(shared, helm_secrets::KEY_RETRY, |_, _| {
         if shared.helm.keyless() {
-            for ns in shared.stores.helm_secrets.namespaces_where(|_| true) {
-                shared.pending.mark(Mark::namespace(&ns));
-            }
+            shared.stores.helm_secrets.namespaces_where(|_| true)
+        } else {
+            BTreeSet::new()
         }
-    }
+    })
+    .await
 }
 
 /// Reports readiness once every store has listed, and asks for the first (full) rebuild;

@@ -256,7 +256,8 @@ pub async fn releases(
 ) -> Vec<Release> {
     let api: Api<Secret> = Api::namespaced(client.clone(), ns);
     let mut out = Vec::new();
-    let mut key = None;
+    // Asked for at most once per call, and only when a release is to be decoded.
+    let key = tokio::sync::OnceCell::new();
     for (release, s) in latest(secrets.in_namespace(ns)) {
         let cache_key = (format!("{ns}/{}", s.name), s.resource_version.clone());
         let cached = helm.cached(&cache_key);
@@ -264,10 +265,7 @@ pub async fn releases(
             out.push(c);
             continue;
         }
-        if key.is_none() {
-            key = Some(helm.hash_key(client).await);
-        }
-        let key = key.clone().flatten();
+        let key = key.get_or_init(|| helm.hash_key(client)).await.clone();
         // Decoded without the key: again only once there is one.
         if let Some(c) = cached.filter(|_| key.is_none()) {
             out.push(c);

@@ -3,6 +3,7 @@
 //! ClusterDiscovery is told it is not in charge ([`report_not_in_charge`]).
 
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -28,20 +29,33 @@ use crate::api::{
 };
 use crate::runtime::facts::{Fact, INVENTORY_FACTS, Series};
 
-/// The API server's version, asked once, and whether it answered then: `ApiReachable`
-/// until the heartbeat's first beat.
+/// The API server's version, asked again at the first rebuild once [`VERSION_TTL`] has
+/// passed (so a control-plane upgrade shows at the next rebuild after it), and whether the
+/// API server answered when last asked: `ApiReachable` until the heartbeat's first beat.
 #[derive(Debug, Default)]
 pub struct ApiProbe {
     version: Option<String>,
+    asked: Option<Instant>,
     reachable: Option<Result<(), String>>,
 }
 
+/// How long a version the API server gave stands before it is asked for again.
+pub const VERSION_TTL: Duration = Duration::from_secs(600);
+
 impl ApiProbe {
-    /// Asks for the version until it is known.
+    /// Whether to ask for the version at `now`: not known yet, or known for
+    /// [`VERSION_TTL`].
+    fn due(&self, now: Instant) -> bool {
+        self.version.is_none() || self.asked.is_none_or(|at| now >= at + VERSION_TTL)
+    }
+
+    /// Asks for the version when it is due. A failed ask keeps the version known before.
     async fn probe(&mut self, client: &kube::Client) {
-        if self.version.is_some() {
+        let now = Instant::now();
+        if !self.due(now) {
             return;
         }
+        self.asked = Some(now);
         match client.apiserver_version().await {
             Ok(v) => {
                 self.version = Some(v.git_version);
@@ -123,7 +137,7 @@ pub fn facts(totals: &Totals, progress: &Progress) -> Vec<Fact> {
 }
 
 /// Loads the cluster status's inputs: the stores, what the rebuilds established, and the
-/// API server's answers (its version is asked for until known).
+/// API server's answers (its version is asked for when due, [`ApiProbe`]).
 pub async fn load(
     shared: &Shared,
     cd: &ClusterDiscovery,
@@ -423,6 +437,18 @@ pub async fn report_not_in_charge(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_version_is_asked_until_known_then_again_once_it_is_old() {
+        let t0 = Instant::now();
+        let mut p = ApiProbe::default();
+        assert!(p.due(t0), "never asked");
+        p.asked = Some(t0);
+        assert!(p.due(t0), "asked, no answer yet");
+        p.version = Some("v1.35.0".into());
+        assert!(!p.due(t0 + VERSION_TTL - Duration::from_secs(1)));
+        assert!(p.due(t0 + VERSION_TTL), "asked again once old");
+    }
 
     fn now() -> Timestamp {
         "2026-03-01T00:00:00Z".parse().unwrap()

@@ -3,7 +3,7 @@
 //!
 //! Nothing is relisted periodically: the watches resume from their last resourceVersion.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use futures::{FutureExt, StreamExt, future::BoxFuture};
 use k8s_openapi::api::{
@@ -12,7 +12,10 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client, ResourceExt,
-    runtime::{reflector::Store, watcher},
+    runtime::{
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 
 use super::{
@@ -201,12 +204,7 @@ pub async fn watch(
         |d: &Deployment| Arc::new(view::deployment(d)),
         deployment_marks(pending, baselines),
     ));
-    let inventories = w.keep(cache::cache(
-        client.clone(),
-        w.config.clone(),
-        |i: &mut NamespaceInventory| cache::strip_last_applied(&mut i.metadata),
-        vec![trigger(pending, inventory_changed)],
-    ));
+    let inventories = w.keep(inventories(client.clone(), w.config.clone(), pending));
     let discoveries = w.keep(cache::cache(
         client.clone(),
         w.config.clone(),
@@ -320,6 +318,33 @@ impl Watches<'_> {
 fn trigger<K: 'static>(pending: &Arc<Pending>, mark: fn(&K) -> Mark) -> cache::Trigger<K> {
     let pending = pending.clone();
     Box::new(move |o| pending.mark(mark(o)))
+}
+
+/// The inventories, each change marked as [`inventory_changed`] says: whether the store
+/// still holds the object tells a deletion from a change.
+fn inventories(
+    client: Client,
+    config: watcher::Config,
+    pending: &Arc<Pending>,
+) -> (Store<NamespaceInventory>, BoxFuture<'static, ()>) {
+    let kept: Arc<OnceLock<Store<NamespaceInventory>>> = Arc::default();
+    let trigger: cache::Trigger<NamespaceInventory> = {
+        let (pending, kept) = (pending.clone(), kept.clone());
+        Box::new(move |i| {
+            let stored = kept
+                .get()
+                .is_some_and(|s| s.get(&ObjectRef::from_obj(i)).is_some());
+            pending.mark(inventory_changed(i, stored));
+        })
+    };
+    let (store, drive) = cache::cache(
+        client,
+        config,
+        |i: &mut NamespaceInventory| cache::strip_last_applied(&mut i.metadata),
+        vec![trigger],
+    );
+    let _ = kept.set(store.clone());
+    (store, drive)
 }
 
 /// A change to an object of a namespace rebuilds that namespace; a completed list, the
@@ -545,8 +570,9 @@ fn revision_changed(c: Change<'_, RevView>) -> Mark {
 }
 
 /// An inventory someone else wrote (or changed) marks its namespace, whose rebuild takes it
-/// over or deletes it; the echoes of discovery's own writes mark nothing.
-fn inventory_changed(i: &NamespaceInventory) -> Mark {
+/// over or deletes it; so does one deleted (no longer `stored`), which the rebuild writes
+/// again. The echoes of discovery's own writes mark nothing.
+fn inventory_changed(i: &NamespaceInventory, stored: bool) -> Mark {
     let ours = i
         .metadata
         .managed_fields
@@ -554,7 +580,7 @@ fn inventory_changed(i: &NamespaceInventory) -> Mark {
         .flatten()
         .any(|m| m.manager.as_deref() == Some(field_manager::DISCOVERY));
     match i.namespace() {
-        Some(ns) if !ours => Mark::namespace(&ns),
+        Some(ns) if !ours || !stored => Mark::namespace(&ns),
         _ => Mark::none(),
     }
 }

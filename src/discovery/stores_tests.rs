@@ -290,11 +290,16 @@ fn only_an_inventory_someone_else_wrote_marks_its_namespace() {
         .unwrap()
     };
     assert_eq!(
-        inventory_changed(&inventory(field_manager::DISCOVERY)),
+        inventory_changed(&inventory(field_manager::DISCOVERY), true),
         Mark::none()
     );
     assert_eq!(
-        inventory_changed(&inventory("kubectl")),
+        inventory_changed(&inventory("kubectl"), true),
+        Mark::namespace("shop")
+    );
+    // Deleted: written again, whoever wrote it last.
+    assert_eq!(
+        inventory_changed(&inventory(field_manager::DISCOVERY), false),
         Mark::namespace("shop")
     );
 }

@@ -51,16 +51,22 @@ pub fn registered() -> Registered {
     }
 }
 
-/// A Pool reconcile, behind the leader gate. A reconcile triggered by a cache's initial
-/// listing waits until every cache is complete: a partial Pod or claim list must not drive
-/// creates or a scaling decision. Once they are, every Pool is reconciled again.
+/// Whether reconciles may act: this process leads and every cache has listed. A reconcile
+/// triggered by a cache's initial listing waits: a partial Pod or claim list must not drive
+/// creates or a scaling decision, and a partial Pool or Env list must not report a claim's
+/// Pool or Env as missing. Once they are complete, every object is reconciled again.
+fn acting(ctx: &Shared) -> bool {
+    ctx.writer.is_leader() && ctx.synced.load(Ordering::Acquire)
+}
+
+/// A Pool reconcile, behind the gate ([`acting`]).
 async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Action, SandboxError> {
     let labels = ControllerLabels {
         controller: CONTROLLER.to_string(),
     };
     let metrics = &ctx.writer.metrics;
     metrics.reconciliations.get_or_create(&labels).inc();
-    if !ctx.writer.is_leader() || !ctx.synced.load(Ordering::Acquire) {
+    if !acting(&ctx) {
         return Ok(Action::await_change());
     }
     let started = std::time::Instant::now();
@@ -72,22 +78,22 @@ async fn reconcile_pool(pool: Arc<SandboxPool>, ctx: Arc<Shared>) -> Result<Acti
     settled(&ctx, pool.as_ref(), result)
 }
 
-/// A claim reconcile, behind the leader gate.
+/// A claim reconcile, behind the gate ([`acting`]).
 async fn reconcile_claim(
     claim: Arc<SandboxClaim>,
     ctx: Arc<Shared>,
 ) -> Result<Action, SandboxError> {
-    if !ctx.writer.is_leader() {
+    if !acting(&ctx) {
         return Ok(Action::await_change());
     }
     let result = claim_reconciler::reconcile(&claim, &ctx).await;
     settled(&ctx, claim.as_ref(), result)
 }
 
-/// An Env reconcile, behind the leader gate. An Env whose Pools were refused keeps its
+/// An Env reconcile, behind the gate ([`acting`]). An Env whose Pools were refused keeps its
 /// backoff (its reconcile counts it itself).
 async fn reconcile_env(env: Arc<SandboxEnv>, ctx: Arc<Shared>) -> Result<Action, SandboxError> {
-    if !ctx.writer.is_leader() {
+    if !acting(&ctx) {
         return Ok(Action::await_change());
     }
     env_reconciler::reconcile(env, &ctx).await
@@ -334,14 +340,9 @@ fn caches(
     (stores, drives)
 }
 
-/// Once every cache has listed: Pool reconciles may act, every Pool is looked at, and the
-/// manager hears that this controller is ready.
-async fn synced(
-    stores: Stores,
-    shared: Arc<Shared>,
-    pools: UnboundedSender<ObjectRef<SandboxPool>>,
-    readiness: Readiness,
-) {
+/// Once every cache has listed: reconciles may act, every Pool, claim and Env is looked at,
+/// and the manager hears that this controller is ready.
+async fn synced(stores: Stores, shared: Arc<Shared>, tx: Senders, readiness: Readiness) {
     let _ = stores.pods.wait_until_ready().await;
     let _ = stores.claims.wait_until_ready().await;
     let _ = stores.pools.wait_until_ready().await;
@@ -349,7 +350,13 @@ async fn synced(
     let _ = stores.quotas.wait_until_ready().await;
     shared.synced.store(true, Ordering::Release);
     for p in stores.pools.state() {
-        let _ = pools.unbounded_send(ObjectRef::from_obj(p.as_ref()));
+        let _ = tx.pools.unbounded_send(ObjectRef::from_obj(p.as_ref()));
+    }
+    for c in stores.claims.state() {
+        let _ = tx.claims.unbounded_send(ObjectRef::from_obj(c.as_ref()));
+    }
+    for e in stores.envs.state() {
+        let _ = tx.envs.unbounded_send(ObjectRef::from_obj(e.as_ref()));
     }
     readiness.report_synced();
     tracing::info!("sandbox caches synced");
@@ -433,7 +440,7 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     });
     let running = futures::future::join3(
         controllers(&ctx, &stores, rx, shared.clone()),
-        synced(stores.clone(), shared, tx.pools.clone(), readiness),
+        synced(stores.clone(), shared, tx.clone(), readiness),
         report_undecodable(ctx.clone(), events),
     );
     let shutdown = ctx.shutdown.clone();

@@ -15,8 +15,8 @@ use kube::{
 use super::admission;
 use super::autoscaler::forecast::{self, Geometry};
 use super::autoscaler::{
-    self, ForecastInput, PodState, PoolPod, PoolView, QueueStats, ScaleDownMark, SiblingPool,
-    Snapshot,
+    self, Arrival, ForecastInput, PodState, PoolPod, PoolView, QueueStats, ScaleDownMark,
+    SiblingPool, Snapshot,
 };
 use super::claim::{ClaimSnapshot, Found, Target};
 use super::env::{EnvSnapshot, MemberPool, group_of};
@@ -316,12 +316,13 @@ pub fn pool(stores: &Stores, memory: &Memory, pool: &SandboxPool) -> PoolLoad {
     if let Some(group_name) = &pool.spec.scaling_group
         && let Some(env) = env_of(stores, pool)
     {
-        let snapshot = autoscaler_snapshot(stores, memory, pool, &load, &pods, &targeting);
+        let spread = Spread::of(stores, pool, &targeting);
+        let snapshot = autoscaler_snapshot(stores, memory, pool, &load, &pods, &targeting, &spread);
         let group = group_of(&env, group_name);
         let forecast = group
             .as_ref()
             .and_then(|g| g.scale_up_policy.predictive.as_ref())
-            .map(|p| forecast_input(memory, &load, p, pool, &pods, &targeting));
+            .map(|p| forecast_input(memory, &load, p, pool, &pods, &targeting, &spread));
         load.autoscaler = Some(Snapshot {
             group,
             forecast,
@@ -331,8 +332,54 @@ pub fn pool(stores: &Stores, memory: &Memory, pool: &SandboxPool) -> PoolLoad {
     load
 }
 
+/// How many Pools each of a Pool's claims may bind in, by UID. Only a claim for an Env (or
+/// a group of it) may target several; a claim for a Pool, absent here, targets one.
+struct Spread(BTreeMap<String, usize>);
+
+impl Spread {
+    /// The spread of `claims`, the claims that target `pool`.
+    fn of(stores: &Stores, pool: &SandboxPool, claims: &[Arc<SandboxClaim>]) -> Self {
+        let for_envs: Vec<&Arc<SandboxClaim>> = claims
+            .iter()
+            .filter(|c| c.spec.pool_ref.is_none())
+            .collect();
+        if for_envs.is_empty() {
+            return Spread(BTreeMap::new());
+        }
+        // A claim targets Pools of its own namespace only, which is `pool`'s.
+        let ns = pool.namespace();
+        let pools: Vec<Arc<SandboxPool>> = stores
+            .pools
+            .state()
+            .into_iter()
+            .filter(|p| p.namespace() == ns)
+            .collect();
+        Spread(
+            for_envs
+                .into_iter()
+                .filter_map(|c| {
+                    let n = pools.iter().filter(|p| claim_targets(c, p)).count();
+                    Some((c.uid()?, n))
+                })
+                .collect(),
+        )
+    }
+
+    /// The Pools the claim `uid` may bind in (at least 1).
+    fn pools(&self, uid: &str) -> usize {
+        self.0.get(uid).copied().unwrap_or(1).max(1)
+    }
+
+    /// The share of the claim `uid` each of its Pools counts: together they count it once.
+    fn share(&self, uid: &str) -> f64 {
+        #[allow(clippy::cast_precision_loss)]
+        let n = self.pools(uid) as f64;
+        1.0 / n
+    }
+}
+
 /// The claims a Pool grows for: each waiting claim counts for its share of the Pools it
-/// targets (`targets`, by claim UID; a Pool reference targets one), the sum rounded up.
+/// targets (`targets`, by claim UID), the sum rounded up.
 /// Counted whole in each, five claims for a group of two Pools grew the group by ten Pods;
 /// by shares, by six. A claim left waiting (its share went to a Pool that cannot grow) counts
 /// again in the next decisions, until an idle Pod of any of its Pools binds it.
@@ -354,6 +401,7 @@ fn autoscaler_snapshot(
     load: &PoolLoad,
     pods: &[Arc<Pod>],
     claims: &[Arc<SandboxClaim>],
+    spread: &Spread,
 ) -> Snapshot {
     let views = &load.views;
     let in_flight = load.in_flight_creates.len();
@@ -361,14 +409,7 @@ fn autoscaler_snapshot(
     // Pods (decide subtracts the idle Pods itself), each for its share: a claim for an Env
     // (or a group of it) waits in every Pool it may bind in.
     let input = load.plan_input(pool, pool.spec.replicas, views.clone());
-    let pools = stores.pools.state();
-    let targets = |uid: &str| {
-        claims
-            .iter()
-            .find(|c| c.uid().as_deref() == Some(uid))
-            .map_or(1, |c| pools.iter().filter(|p| claim_targets(c, p)).count())
-    };
-    let queued = demand(&pool::waiting_claims(&input), targets);
+    let queued = demand(&pool::waiting_claims(&input), |uid| spread.pools(uid));
     let claimed_by_pods: Vec<&str> = views
         .iter()
         .filter_map(|v| v.claim.as_ref().map(|(n, _)| n.as_str()))
@@ -433,8 +474,8 @@ fn autoscaler_snapshot(
 }
 
 /// Predictive warm-up's inputs: the geometry of the group's policy, the Pool's claim
-/// history, the claims created since its open slot started, and how long its Ready Pods
-/// took to start.
+/// history, the claims created since its open slot started (each for its share, as in
+/// [`demand`]), and how long its Ready Pods took to start.
 fn forecast_input(
     memory: &Memory,
     load: &PoolLoad,
@@ -442,18 +483,24 @@ fn forecast_input(
     pool: &SandboxPool,
     pods: &[Arc<Pod>],
     claims: &[Arc<SandboxClaim>],
+    spread: &Spread,
 ) -> ForecastInput {
     let geometry = Geometry::of(policy);
     let history = pool.status.as_ref().and_then(|s| s.claim_history.clone());
     let since = forecast::counting_since(&geometry, history.as_ref(), load.now.wall);
-    let uids: Vec<(String, Timestamp)> = claims
+    let seen: Vec<(String, Arrival)> = claims
         .iter()
-        .filter_map(|c| Some((c.uid()?, c.creation_timestamp()?.0)))
+        .filter_map(|c| {
+            let uid = c.uid()?;
+            let share = spread.share(&uid);
+            let at = c.creation_timestamp()?.0;
+            Some((uid, Arrival { at, share }))
+        })
         .collect();
     let arrivals =
         memory
             .arrivals
-            .observe(&load.key, uids.iter().map(|(u, t)| (u.as_str(), *t)), since);
+            .observe(&load.key, seen.iter().map(|(u, a)| (u.as_str(), *a)), since);
     ForecastInput {
         geometry,
         enabled: policy.enabled,
@@ -758,6 +805,62 @@ mod tests {
         assert_eq!(demand(&mixed, targets), 2);
         assert_eq!(demand(&[], two), 0);
         assert_eq!(demand(&waiting, |_| 0), 5, "a claim counts at least once");
+    }
+
+    /// A claim for an Env's group spreads over the group's Pools of its namespace; a claim
+    /// for the Env alone over all its Pools; a claim for a Pool is counted whole.
+    #[test]
+    fn a_claims_share_is_one_over_the_pools_it_may_bind_in() {
+        let pool = |ns: &str, name: &str, group: &str| -> SandboxPool {
+            serde_json::from_value(json!({
+                "metadata": {
+                    "name": name, "namespace": ns,
+                    "ownerReferences": [{
+                        "apiVersion": "moonin.io/v1alpha1", "kind": "SandboxEnv", "name": "e",
+                        "uid": "e-uid", "controller": true,
+                    }],
+                },
+                "spec": { "replicas": 1, "template": {}, "scalingGroup": group },
+            }))
+            .expect("pool")
+        };
+        let claim = |uid: &str, spec: serde_json::Value| -> Arc<SandboxClaim> {
+            Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": { "name": uid, "namespace": "ns", "uid": uid },
+                    "spec": spec,
+                }))
+                .expect("claim"),
+            )
+        };
+        let a = pool("ns", "a", "g");
+        let stores = Stores {
+            pods: store(vec![]),
+            claims: store(vec![]),
+            pools: store(vec![
+                a.clone(),
+                pool("ns", "b", "g"),
+                pool("ns", "c", "h"),
+                pool("elsewhere", "d", "g"),
+            ]),
+            envs: store(vec![]),
+            quotas: store(vec![]),
+        };
+        let claims = vec![
+            claim("group", json!({"envRef": {"name": "e", "group": "g"}})),
+            claim("env", json!({"envRef": {"name": "e"}})),
+            claim("pool", json!({"poolRef": {"name": "a"}})),
+        ];
+        let spread = Spread::of(&stores, &a, &claims);
+        assert_eq!(
+            spread.pools("group"),
+            2,
+            "a and b, not d in another namespace"
+        );
+        assert_eq!(spread.pools("env"), 3);
+        assert_eq!(spread.pools("pool"), 1);
+        assert!((spread.share("group") - 0.5).abs() < f64::EPSILON);
+        assert!((spread.share("pool") - 1.0).abs() < f64::EPSILON);
     }
 
     /// A claim bound through its Env's scaling group keeps its Pod when the Env's member

@@ -17,7 +17,7 @@ use std::sync::{
 use jiff::{SignedDuration, Timestamp};
 use tokio::time::Instant;
 
-use super::autoscaler::{Recommendation, RecommendationHistory};
+use super::autoscaler::{Arrival, Recommendation, RecommendationHistory};
 use super::pool::{self, ClaimView, IN_FLIGHT_TTL, InFlightBinds, PodView};
 use crate::runtime::backoff::Backoff;
 
@@ -331,26 +331,26 @@ impl StatusWrites {
 /// counted. Entries older than the open slot are dropped.
 #[derive(Default)]
 pub struct Arrivals {
-    by_pool: Mutex<HashMap<String, HashMap<String, Timestamp>>>,
+    by_pool: Mutex<HashMap<String, HashMap<String, Arrival>>>,
 }
 
 impl Arrivals {
-    /// Adds the claims `seen` (UID, creation time) of `pool`, forgets those created before
-    /// `since`, and returns the creation times of all that remain.
+    /// Adds the claims `seen` (by UID) of `pool`, each with its share as it is now, forgets
+    /// those created before `since`, and returns all that remain.
     pub fn observe<'a>(
         &self,
         pool: &str,
-        seen: impl IntoIterator<Item = (&'a str, Timestamp)>,
+        seen: impl IntoIterator<Item = (&'a str, Arrival)>,
         since: Timestamp,
-    ) -> Vec<Timestamp> {
+    ) -> Vec<Arrival> {
         let mut all = lock(&self.by_pool);
         let known = all.entry(pool.to_string()).or_default();
-        for (uid, created) in seen {
-            if created >= since {
-                known.entry(uid.to_string()).or_insert(created);
+        for (uid, arrival) in seen {
+            if arrival.at >= since {
+                known.insert(uid.to_string(), arrival);
             }
         }
-        known.retain(|_, created| *created >= since);
+        known.retain(|_, a| a.at >= since);
         known.values().copied().collect()
     }
 }
@@ -585,18 +585,29 @@ mod tests {
     #[test]
     fn arrivals_outlive_their_claims_until_the_slot_moves_on() {
         let a = Arrivals::default();
-        let t = |s: i64| Timestamp::from_second(s).unwrap();
+        let t = |s: i64| Arrival::whole(Timestamp::from_second(s).unwrap());
+        let times = |v: Vec<Arrival>| {
+            let mut v: Vec<_> = v.iter().map(|a| (a.at, a.share.to_bits())).collect();
+            v.sort();
+            v
+        };
         assert_eq!(
-            a.observe("ns/p", [("a", t(100)), ("old", t(10))], t(60)),
+            a.observe("ns/p", [("a", t(100)), ("old", t(10))], t(60).at),
             vec![t(100)]
         );
         // "a" is gone from the cache; it is still counted.
-        let mut seen = a.observe("ns/p", [("b", t(120))], t(60));
-        seen.sort();
-        assert_eq!(seen, vec![t(100), t(120)]);
+        let seen = a.observe("ns/p", [("b", t(120))], t(60).at);
+        assert_eq!(times(seen), times(vec![t(100), t(120)]));
+        // "b" now may bind in two Pools: its share as it is now.
+        let half = Arrival {
+            share: 0.5,
+            ..t(120)
+        };
+        let seen = a.observe("ns/p", [("b", half)], t(60).at);
+        assert_eq!(times(seen), times(vec![t(100), half]));
         // The open slot moved to 110: "a" is forgotten.
-        assert_eq!(a.observe("ns/p", [], t(110)), vec![t(120)]);
-        assert!(a.observe("ns/other", [], t(0)).is_empty());
+        assert_eq!(a.observe("ns/p", [], t(110).at), vec![half]);
+        assert!(a.observe("ns/other", [], t(0).at).is_empty());
     }
 
     #[test]

@@ -636,6 +636,15 @@ async fn inventory_revisions_cron_runs_and_hazards() {
         entry(v, "deployments", "web").is_some()
     })
     .await;
+    // An inventory deleted by hand is written again, though nothing in its namespace changed.
+    inventories
+        .delete("inventory", &DeleteParams::default())
+        .await
+        .expect("delete the inventory");
+    inventory_where(&rig, "the inventory back once deleted", |v| {
+        entry(v, "deployments", "web").is_some()
+    })
+    .await;
 
     // A restart does not duplicate revisions, marks a record that a process killed
     // between the create and the status patch left without its Ready condition, and

@@ -288,6 +288,10 @@ async fn a_claim_made_while_the_manager_is_down_counts_its_whole_wait() {
         wait >= down.as_millis() as i64,
         "waitMilliseconds {wait}: {s}"
     );
+    // The claim's reconcile waited for the Pool cache: a start never reports a Pool that
+    // exists as missing.
+    let missing = rig.events("c", "PoolNotFound").await;
+    assert!(missing.is_empty(), "reported missing at start: {missing:?}");
 }
 
 /// An Env with one local member `a` in the autoscaling group `g`.
@@ -404,6 +408,12 @@ async fn a_bound_claim_whose_pod_is_deleted_fails_at_once_not_at_its_lifetimes_e
         .status
         .expect("status");
     assert_eq!(status.phase.as_deref(), Some("Failed"));
+    // The Event follows the status write: wait for it, then make sure it came once.
+    wait_for("the PodLost Event", Duration::from_secs(10), || async {
+        (!rig.events("held", "PodLost").await.is_empty()).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(rig.events("held", "PodLost").await.len(), 1);
 }
 

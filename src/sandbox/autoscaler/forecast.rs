@@ -90,11 +90,10 @@ pub fn per_slot(expected: &[i32], index: usize) -> f64 {
     f64::from(expected.get(index).copied().unwrap_or(-1).max(0)) / 100.0
 }
 
-/// Blends a closed slot's claim count into its expectation (the first observation is
-/// taken as it is), in hundredths.
-pub fn blend(previous: i32, claims: i64) -> i32 {
-    #[allow(clippy::cast_precision_loss)]
-    let observed = claims.max(0) as f64 * 100.0;
+/// Blends a closed slot's claim count (the claims' shares summed) into its expectation
+/// (the first observation is taken as it is), in hundredths.
+pub fn blend(previous: i32, claims: f64) -> i32 {
+    let observed = claims.max(0.0) * 100.0;
     let next = if previous < 0 {
         observed
     } else {
@@ -169,10 +168,12 @@ mod tests {
 
     #[test]
     fn blending_takes_the_first_count_and_then_weighs_the_newest_period() {
-        assert_eq!(blend(-1, 14), 1400);
-        assert_eq!(blend(1400, 0), 980);
-        assert_eq!(blend(1000, 20), 1300);
-        assert_eq!(blend(0, 0), 0);
+        assert_eq!(blend(-1, 14.0), 1400);
+        assert_eq!(blend(1400, 0.0), 980);
+        assert_eq!(blend(1000, 20.0), 1300);
+        assert_eq!(blend(0, 0.0), 0);
+        // Shares of claims for a group of Pools.
+        assert_eq!(blend(-1, 2.5), 250);
     }
 
     #[test]

@@ -42,8 +42,8 @@ pub use decide::{
     Decision, EventType, PodMark, PodRef, PodUnmark, PoolEvent, UnmarkReason, decide, decision_id,
 };
 pub use snapshot::{
-    Admission, ForecastInput, InFlight, PodState, PoolPod, PoolView, QueueStats, Recommendation,
-    RecommendationHistory, ScaleDownMark, SiblingPool, Snapshot,
+    Admission, Arrival, ForecastInput, InFlight, PodState, PoolPod, PoolView, QueueStats,
+    Recommendation, RecommendationHistory, ScaleDownMark, SiblingPool, Snapshot,
 };
 
 /// How long a scale-down mark protects a Pod from binding. The pool controller deletes a

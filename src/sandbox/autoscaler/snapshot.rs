@@ -50,6 +50,24 @@ pub struct Snapshot {
     pub forecast: Option<ForecastInput>,
 }
 
+/// A claim's arrival in a Pool: when it was created, and the share of it the Pool counts
+/// (1 for a claim for the Pool; 1/n for a claim for an Env, or a group of it, that may bind
+/// in n Pools, so that those Pools together expect it once).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Arrival {
+    /// The claim's creation time.
+    pub at: Timestamp,
+    /// Its share, in (0, 1].
+    pub share: f64,
+}
+
+impl Arrival {
+    /// A claim for this Pool alone.
+    pub fn whole(at: Timestamp) -> Self {
+        Arrival { at, share: 1.0 }
+    }
+}
+
 /// What predictive warm-up decides on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ForecastInput {
@@ -59,10 +77,10 @@ pub struct ForecastInput {
     pub enabled: bool,
     /// `status.claimHistory` as last written.
     pub history: Option<ClaimHistory>,
-    /// Creation times of the Pool's claims since the history's open slot started: those
-    /// the cache shows and those this process saw that are gone since (after a restart,
-    /// a claim created and deleted while no process watched is not counted).
-    pub arrivals: Vec<Timestamp>,
+    /// The Pool's claims created since the history's open slot started: those the cache
+    /// shows and those this process saw that are gone since (after a restart, a claim
+    /// created and deleted while no process watched is not counted).
+    pub arrivals: Vec<Arrival>,
     /// How long each Ready Pod of the Pool took from creation to Ready.
     pub starts: Vec<SignedDuration>,
 }

@@ -13,7 +13,7 @@ use jiff::SignedDuration;
 
 use super::super::forecast::{self, Geometry, Slot};
 use super::super::snapshot::ForecastInput;
-use super::{Cycle, Policy, PoolEvent, count, plus, reasons};
+use super::{Cycle, Policy, PoolEvent, plus, reasons};
 use crate::api::sandbox::{ClaimHistory, Prediction};
 
 /// What the prediction asks of this cycle.
@@ -85,13 +85,12 @@ impl Cycle<'_> {
         };
         let open: Slot = g.slot_at(history.open_slot_start.0);
         if self.now >= open.end {
-            let claims = count(
-                input
-                    .arrivals
-                    .iter()
-                    .filter(|t| open.start <= **t && **t < open.end)
-                    .count(),
-            );
+            let claims: f64 = input
+                .arrivals
+                .iter()
+                .filter(|a| open.start <= a.at && a.at < open.end)
+                .map(|a| a.share)
+                .sum();
             if let Some(e) = history.expected.get_mut(open.index) {
                 *e = forecast::blend(*e, claims);
             }

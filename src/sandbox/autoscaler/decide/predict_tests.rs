@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::super::super::forecast::{Geometry, blend};
 use super::super::super::snapshot::{
-    Admission, ForecastInput, InFlight, PodState, PoolPod, PoolView, QueueStats,
+    Admission, Arrival, ForecastInput, InFlight, PodState, PoolPod, PoolView, QueueStats,
     RecommendationHistory, Snapshot,
 };
 use super::super::{EventType, decide, reasons};
@@ -132,6 +132,27 @@ fn a_pool_without_history_starts_one_and_predicts_nothing() {
     assert!(d.requeue_at <= at(900));
 }
 
+/// Claims for this Pool alone, created `secs` from now.
+fn arrived(secs: &[i64]) -> Vec<Arrival> {
+    secs.iter().map(|s| Arrival::whole(at(*s))).collect()
+}
+
+#[test]
+fn a_claim_for_a_group_counts_in_the_history_for_its_share() {
+    let mut h = history(&[(SLOT - 1, 1000)]);
+    h.open_slot_start = Time(at(-900));
+    let mut s = snap(Some(h));
+    let half = |secs| Arrival {
+        share: 0.5,
+        ..Arrival::whole(at(secs))
+    };
+    // Two claims for a group of two Pools and one for this Pool: two claims' worth here.
+    s.forecast.as_mut().unwrap().arrivals = vec![half(-800), half(-10), Arrival::whole(at(-1))];
+    let next = decide(&s, now()).claim_history.expect("written");
+    assert_eq!(next.expected[SLOT - 1], blend(1000, 2.0));
+    assert_ne!(blend(1000, 2.0), blend(1000, 3.0));
+}
+
 #[test]
 fn a_closed_slot_is_blended_in_once_and_the_history_moves_on() {
     let mut h = history(&[(SLOT - 1, 1000)]);
@@ -140,10 +161,10 @@ fn a_closed_slot_is_blended_in_once_and_the_history_moves_on() {
     let mut s = snap(Some(h.clone()));
     let input = s.forecast.as_mut().unwrap();
     // Three claims in the closed slot, one (not counted yet) in the new one.
-    input.arrivals = vec![at(-800), at(-10), at(-1), at(5)];
+    input.arrivals = arrived(&[-800, -10, -1, 5]);
     let d = decide(&s, now());
     let next = d.claim_history.expect("the closed slot is written");
-    assert_eq!(next.expected[SLOT - 1], blend(1000, 3));
+    assert_eq!(next.expected[SLOT - 1], blend(1000, 3.0));
     assert_eq!(next.open_slot_start, Time(now()));
     assert_eq!(
         next.pod_start_seconds,
@@ -152,7 +173,7 @@ fn a_closed_slot_is_blended_in_once_and_the_history_moves_on() {
     );
     // Within the open slot, nothing is written.
     let mut again = snap(Some(next));
-    again.forecast.as_mut().unwrap().arrivals = vec![at(5)];
+    again.forecast.as_mut().unwrap().arrivals = arrived(&[5]);
     assert_eq!(decide(&again, at(60)).claim_history, None);
 }
 
@@ -271,7 +292,7 @@ fn a_switched_off_prediction_still_keeps_the_history() {
     s.group = Some(group(off.clone()));
     let input = s.forecast.as_mut().unwrap();
     input.enabled = false;
-    input.arrivals = vec![at(-100)];
+    input.arrivals = arrived(&[-100]);
     let d = decide(&s, now());
     assert_eq!(d.desired_replicas, 2);
     assert_eq!(d.status.prediction, None);
@@ -364,7 +385,11 @@ proptest::proptest! {
                 break;
             }
             let input = s.forecast.as_mut().unwrap();
-            input.arrivals = arrivals.iter().copied().filter(|t| *t <= now).collect();
+            input.arrivals = arrivals
+                .iter()
+                .filter(|t| **t <= now)
+                .map(|t| Arrival::whole(*t))
+                .collect();
             let d = decide(&s, now);
             proptest::prop_assert!(d.requeue_at > now, "requeue {} at {now}", d.requeue_at);
             let input = s.forecast.as_mut().unwrap();

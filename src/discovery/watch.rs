@@ -35,7 +35,10 @@ where
             .inspect(move |event| match event {
                 Ok(e) => {
                     invalid::observe(e);
-                    access::watch_ok(&kind)
+                    // `Init` comes before each (re)list is asked for: it proves no access.
+                    if !matches!(e, watcher::Event::Init) {
+                        access::watch_ok(&kind);
+                    }
                 }
                 Err(e) => access::watch_failed(&kind, e),
             })

@@ -281,7 +281,16 @@ pub fn elect(
         let mut probe = Probe::new(Instant::now(), Timestamp::now());
         loop {
             let started = Instant::now();
-            let error = match tokio::time::timeout(ATTEMPT, attempt(&api, &mut candidate)).await {
+            // Past the renew deadline the gate is shut whatever the channel says: say so
+            // then, not once the attempt ends, so that a renewal that succeeds late is an
+            // acquisition again (the controllers look at everything once more).
+            let deadline = candidate.valid_until;
+            let attempted = by_deadline(
+                tokio::time::timeout(ATTEMPT, attempt(&api, &mut candidate)),
+                deadline,
+                || publish(&tx, false, &identity, &metrics),
+            );
+            let error = match attempted.await {
                 Ok(Ok(true)) => {
                     candidate.renewed(started);
                     None
@@ -307,9 +316,10 @@ pub fn elect(
                     Some(why) => tracing::warn!(lease = LEASE_NAME, "{why}"),
                     None => tracing::info!(lease = LEASE_NAME, "the API server answers again"),
                 }
-                metrics.api_reachable.set(i64::from(probe.down().is_none()));
                 readiness.set_unreachable(probe.down().map(str::to_string));
             }
+            // Set at every attempt, the first included (the probe starts out reachable).
+            metrics.api_reachable.set(i64::from(probe.down().is_none()));
             *until.lock().unwrap_or_else(|e| e.into_inner()) = candidate.valid_until;
             publish(&tx, candidate.leads(Instant::now()), &identity, &metrics);
             // Wake at the renew deadline if it comes first, to say so at once.
@@ -333,6 +343,25 @@ pub fn elect(
         }
     });
     (leadership, task)
+}
+
+/// Awaits `attempt`; should `deadline` pass first, calls `passed` then and goes on waiting.
+async fn by_deadline<T>(
+    attempt: impl std::future::Future<Output = T>,
+    deadline: Option<Instant>,
+    passed: impl FnOnce(),
+) -> T {
+    let Some(deadline) = deadline else {
+        return attempt.await;
+    };
+    let mut attempt = std::pin::pin!(attempt);
+    tokio::select! {
+        out = &mut attempt => out,
+        () = tokio::time::sleep_until(deadline.into()) => {
+            passed();
+            attempt.await
+        }
+    }
 }
 
 /// Sends `leads` to the gate's watchers when it changed, with the metric and a log line.
@@ -360,6 +389,30 @@ mod tests {
             lease_transitions: Some(0),
             ..LeaseSpec::default()
         }
+    }
+
+    #[tokio::test]
+    async fn a_renewal_that_outlasts_the_deadline_shuts_the_gate_when_it_passes() {
+        let slow = async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            "renewed"
+        };
+        let shut = std::cell::Cell::new(None);
+        let t0 = Instant::now();
+        let deadline = t0 + Duration::from_millis(20);
+        let out = by_deadline(slow, Some(deadline), || shut.set(Some(Instant::now()))).await;
+        assert_eq!(out, "renewed", "the attempt is still awaited");
+        let at = shut.get().expect("said at the deadline");
+        assert!(at >= deadline && at < t0 + Duration::from_millis(200));
+
+        let fast = async { "renewed" };
+        let later = Some(Instant::now() + Duration::from_secs(5));
+        let out = by_deadline(fast, later, || panic!("no deadline passed")).await;
+        assert_eq!(out, "renewed");
+        assert_eq!(
+            by_deadline(async { 1 }, None, || panic!("no deadline")).await,
+            1
+        );
     }
 
     #[test]

@@ -121,9 +121,9 @@ pub fn cache_from<W: Cached, K: Cached>(
                     }
                 }
                 // A (re)list shows in the store only once it is complete: its objects trigger
-                // then, with those it no longer lists.
+                // then, with those it no longer lists. `Init` comes before the list is asked
+                // for (and again before each retry of a refused one): it proves no access.
                 Ok(watcher::Event::Init) => {
-                    access::watch_ok(&kind);
                     relist = Some(Relist::start(reader.state()));
                 }
                 Ok(watcher::Event::InitApply(o)) => {
@@ -286,22 +286,42 @@ pub fn spawn_watches(
     watches
 }
 
-/// Whether the API server serves `K` (its CRD is installed): a one-item list answers. Any
-/// other error is logged and read as "not installed", so a controller runs without it.
+/// Whether the API server serves `K` (its CRD is installed): a one-item list answers; a
+/// 404 says it is not. An error that may pass (no answer, a 5xx while the API server starts)
+/// is asked again, 5 times over about 30 s: the answer holds for the life of the process.
+/// A refusal, or an error that outlasts the retries, is logged and read as "not installed",
+/// so a controller runs without the kind.
 pub async fn installed<K: Cached>(client: &Client) -> bool {
     let api: Api<K> = Api::all(client.clone());
-    match api.list(&kube::api::ListParams::default().limit(1)).await {
-        Ok(_) => true,
-        Err(kube::Error::Api(s)) if s.code == 404 => false,
-        Err(e) => {
+    let mut pause = std::time::Duration::from_secs(2);
+    for tries_left in (0..5).rev() {
+        let e = match api.list(&kube::api::ListParams::default().limit(1)).await {
+            Ok(_) => return true,
+            Err(kube::Error::Api(s)) if s.code == 404 => return false,
+            Err(e) => e,
+        };
+        if !may_pass(&e) || tries_left == 0 {
             tracing::warn!(
                 kind = %K::kind(&()),
                 error = %super::errors::brief(&e),
                 "could not tell whether the kind is served; running without it"
             );
-            false
+            return false;
         }
+        tracing::info!(
+            kind = %K::kind(&()),
+            error = %super::errors::brief(&e),
+            "could not tell yet whether the kind is served; asking again"
+        );
+        tokio::time::sleep(pause).await;
+        pause *= 2;
     }
+    false
+}
+
+/// Whether an error may pass if asked again: no answer, or a 5xx; not a refusal (4xx).
+fn may_pass(e: &kube::Error) -> bool {
+    !matches!(e, kube::Error::Api(s) if s.code < 500)
 }
 
 /// Writes whose echo on the watch should not wake the object they were written to: a
@@ -402,8 +422,9 @@ pub fn reconcile_itself<K: Cached>(
 }
 
 /// Reports one result of a kube-runtime `Controller` of `kind`: a refused watch is a
-/// missing permission ([`access`]); a failed reconcile was reported by the error policy
-/// already; an object deleted before its turn came needs nothing; anything else is logged.
+/// missing permission ([`access`]); a reconcile, done or failed (the error policy reported
+/// it), says nothing of the kind's watch, which its cache reports; an object deleted before
+/// its turn came needs nothing; anything else is logged.
 pub fn controller_result<T, R>(
     kind: &'static str,
 ) -> impl FnMut(
@@ -416,8 +437,7 @@ where
     move |result| {
         match result {
             Err(Error::QueueError(e)) => access::watch_failed(kind, &e),
-            Ok(_) | Err(Error::ReconcilerFailed(..)) => access::watch_ok(kind),
-            Err(Error::ObjectNotFound(_)) => {}
+            Ok(_) | Err(Error::ReconcilerFailed(..) | Error::ObjectNotFound(_)) => {}
             Err(e) => tracing::warn!(%kind, error = %e, "controller"),
         }
         futures::future::ready(())
@@ -454,6 +474,23 @@ mod tests {
     use crate::api::sandbox::SandboxClaim;
     use crate::runtime::decode::decode;
     use serde_json::json;
+
+    #[test]
+    fn whether_a_kind_is_served_is_asked_again_only_after_errors_that_may_pass() {
+        let api = |code: u16| {
+            kube::Error::Api(Box::new(
+                kube::core::Status::failure("x", "y").with_code(code),
+            ))
+        };
+        assert!(may_pass(&api(503)), "the API server starting");
+        assert!(may_pass(&api(500)));
+        assert!(!may_pass(&api(403)), "a refusal stays one");
+        assert!(!may_pass(&api(401)));
+        assert!(
+            may_pass(&kube::Error::LinesCodecMaxLineLengthExceeded),
+            "not an answer"
+        );
+    }
 
     fn claim(name: &str, rv: &str, ok: bool) -> Decoded<SandboxClaim> {
         let pool_ref = if ok { json!({"name": "p"}) } else { json!("p") };

@@ -4,19 +4,21 @@
 /// The API server's message for a JSON Patch it could not apply to the stored object.
 const PATCH_NOT_APPLICABLE: &str = "the server rejected our request due to an error in our request";
 
-/// Whether an API error means "the object moved under us".
+/// Whether an API error means "the object moved under us": a 409 (a stale
+/// `resourceVersion`, a delete's UID or `resourceVersion` precondition), or a JSON Patch
+/// whose `test` no longer holds. Never a guess from words in the message: a validation or
+/// admission refusal quotes object names and values (`latest`, `e2e-test`), and taking it
+/// for a race would retry it at once, for good, instead of backing off and reporting it.
 pub fn is_conflict(e: &kube::Error) -> bool {
     match e {
         kube::Error::Api(s) => {
             s.code == 409
                 || (s.code == 422
-                    && (s.message.contains("test")
-                        || s.message.contains("precondition")
-                        // How the API server reports a JSON Patch that does not apply
-                        // (its `test` of the resourceVersion failed); the cause is only
-                        // in the details, which the client does not keep.
-                        || s.message == PATCH_NOT_APPLICABLE))
-                || s.message.contains("Precondition failed")
+                    // How the API server reports a JSON Patch that does not apply; the
+                    // cause is only in the details, which the client does not keep.
+                    && (s.message == PATCH_NOT_APPLICABLE
+                        || (s.message.starts_with("testing value ")
+                            && s.message.ends_with("test failed"))))
         }
         _ => false,
     }
@@ -70,6 +72,15 @@ mod tests {
             "Pod \"x\" is invalid: spec.containers[0].name: Invalid value: \"-5m\""
         )));
         assert!(!is_conflict(&api(403, "exceeded quota")));
+        // Refusals that quote names or values with the words in them.
+        assert!(!is_conflict(&api(
+            422,
+            "Deployment.apps \"e2e-test\" is invalid: spec.replicas: Invalid value: -1"
+        )));
+        assert!(!is_conflict(&api(
+            422,
+            "horizontalpodautoscalers \"web\" is forbidden: ValidatingAdmissionPolicy 'no-latest' denied request: image tag latest; precondition of the platform team"
+        )));
     }
 
     #[test]

@@ -88,6 +88,7 @@ pub struct Metrics {
     /// `moonin_invalid_objects{kind}`: objects the watches cannot decode now (read from
     /// [`crate::runtime::invalid`] at each scrape; a kind once seen stays, at 0).
     invalid_objects: Family<KindLabels, Gauge>,
+    /// The kinds `invalid_objects` has shown; its lock is held through a whole render.
     invalid_kinds: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
     /// `moonin_fleet_*{cluster,…}`: the inventory's key facts, asked of the controllers at
     /// each scrape (see [`crate::runtime::facts`]).
@@ -214,16 +215,16 @@ impl Metrics {
 
     /// The registry in the Prometheus text format.
     pub fn render(&self) -> String {
+        // One render at a time: the fleet series are cleared and filled again at each, so
+        // two scrapes at once could add the facts twice, or encode a family just cleared.
+        let mut kinds = self.invalid_kinds.lock().unwrap_or_else(|e| e.into_inner());
         self.facts.refresh();
-        {
-            let counts = crate::runtime::invalid::counts();
-            let mut kinds = self.invalid_kinds.lock().unwrap_or_else(|e| e.into_inner());
-            kinds.extend(counts.keys().cloned());
-            for kind in kinds.iter() {
-                self.invalid_objects
-                    .get_or_create(&KindLabels { kind: kind.clone() })
-                    .set(counts.get(kind).copied().unwrap_or(0));
-            }
+        let counts = crate::runtime::invalid::counts();
+        kinds.extend(counts.keys().cloned());
+        for kind in kinds.iter() {
+            self.invalid_objects
+                .get_or_create(&KindLabels { kind: kind.clone() })
+                .set(counts.get(kind).copied().unwrap_or(0));
         }
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -411,6 +412,34 @@ mod tests {
                 want,
                 "{method} {path} {query:?}"
             );
+        }
+    }
+
+    #[test]
+    fn scrapes_at_once_each_show_every_fact_once() {
+        let m = Metrics::new();
+        m.facts.add(Box::new(|| {
+            vec![super::super::facts::Fact::new(
+                Series::OpenWindows,
+                vec![],
+                3,
+            )]
+        }));
+        let line = |body: &str| {
+            body.lines()
+                .find(|l| l.starts_with("moonin_fleet_open_windows{"))
+                .map(|l| l.rsplit(' ').next().unwrap_or_default().to_string())
+        };
+        let renders: Vec<_> = (0..4)
+            .map(|_| {
+                let m = m.clone();
+                std::thread::spawn(move || (0..200).map(|_| line(&m.render())).collect::<Vec<_>>())
+            })
+            .collect();
+        for r in renders {
+            for seen in r.join().expect("render") {
+                assert_eq!(seen.as_deref(), Some("3"), "a fact added twice or missing");
+            }
         }
     }
 

@@ -231,6 +231,16 @@ async fn one_leader_and_failover_after_sigkill() {
     }
     let (_, metrics) = managers[follower].get("/metrics").expect("metrics");
     assert!(metrics.contains("moonin_build_info{version="), "{metrics}");
+    // A healthy process says the API server answers from its first attempt on, not only
+    // once an outage has ended.
+    for m in &managers {
+        let (_, metrics) = m.get("/metrics").expect("metrics");
+        assert!(
+            metrics.contains("moonin_api_reachable 1"),
+            "{}: {metrics}",
+            m.identity
+        );
+    }
 
     let killed_at = Instant::now();
     managers[leader].kill();

@@ -72,7 +72,20 @@ async fn each_controller_names_the_permission_its_missing_role_held() {
             },
         )
         .await;
-        let lines = missing_permission_lines(&manager.log_text());
+        // Logged once: each retry of the refused list is refused again, never "granted" in
+        // between (a retry starts with the watcher's `Init`, which proves nothing).
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let log = manager.log_text();
+        assert!(!log.contains("permission granted again"), "{log}");
+        let lines = missing_permission_lines(&log);
+        let same: Vec<&Value> = lines
+            .iter()
+            .filter(|v| {
+                v["fields"]["controller"] == controller
+                    && v["fields"]["permission"].as_str().is_some_and(names)
+            })
+            .collect();
+        assert_eq!(same.len(), 1, "{same:#?}");
         assert_eq!(line["level"], "ERROR", "{line}");
         // Nothing else is blamed: every missing permission is one of this controller's.
         assert!(

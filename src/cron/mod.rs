@@ -10,12 +10,32 @@ pub mod slots;
 
 pub use schedule::{CronError, Field, Schedule};
 
-/// A command-line duration in Go's syntax, as kubectl takes them (`15m`, `1h30m`, `90s`).
+/// A command-line duration in Go's syntax, as kubectl takes them (`15m`, `1h30m`, `90s`):
+/// not negative, and at most 100 years (`NaNh`, `1e400h` or `-30m` are refused, not read).
 pub fn span_arg(s: &str) -> Result<jiff::SignedDuration, String> {
-    let d: kube::core::Duration = s
-        .parse()
-        .map_err(|e| format!("{s:?} is not a duration such as 15m or 1h: {e}"))?;
-    jiff::SignedDuration::try_from(std::time::Duration::from(d)).map_err(|e| e.to_string())
+    let refused = |why: &str| format!("{s:?} is not a duration such as 15m or 1h: {why}");
+    let t = s.trim();
+    if t.starts_with('-') {
+        return Err(refused("it is negative"));
+    }
+    // The parser multiplies floats into a std Duration, which panics on what is not a
+    // finite, representable number: only digits, one dot per number, and units get there.
+    let plain = t
+        .chars()
+        .all(|c| c.is_ascii_digit() || matches!(c, '.' | '+' | 'h' | 'm' | 's' | 'u' | 'µ' | 'n'));
+    let digits = t.chars().filter(char::is_ascii_digit).count();
+    if !plain || digits > 12 {
+        return Err(refused(
+            "only numbers of at most 12 digits with h, m, s, ms, us or ns",
+        ));
+    }
+    let d: kube::core::Duration = t.parse().map_err(|e| refused(&format!("{e}")))?;
+    let d = jiff::SignedDuration::try_from(std::time::Duration::from(d))
+        .map_err(|e| refused(&e.to_string()))?;
+    if d > jiff::SignedDuration::from_hours(24 * 366 * 100) {
+        return Err(refused("longer than 100 years"));
+    }
+    Ok(d)
 }
 
 /// The 2026 daylight-saving changes the property tests draw their clocks around, as

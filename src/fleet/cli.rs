@@ -197,13 +197,13 @@ fn matches(pattern: &str, name: &str) -> bool {
         return pattern == name;
     }
     let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !name.starts_with(first) || name.len() < first.len() + last.len() {
+    // Cut at the prefix and suffix themselves, never inside a character.
+    let Some(mut rest) = name
+        .strip_prefix(first)
+        .and_then(|rest| rest.strip_suffix(last))
+    else {
         return false;
-    }
-    let mut rest = &name[first.len()..name.len() - last.len()];
-    if !name.ends_with(last) {
-        return false;
-    }
+    };
     for middle in &parts[1..parts.len() - 1] {
         match rest.find(middle) {
             Some(i) => rest = &rest[i + middle.len()..],
@@ -213,9 +213,41 @@ fn matches(pattern: &str, name: &str) -> bool {
     true
 }
 
-/// Moonin's objects in one context, or why not, within `timeout`.
+/// Moonin's objects in one context, or why not, within `timeout`. Read on a thread of its
+/// own with a runtime of its own: a credential plugin (`aws eks get-token`,
+/// `gke-gcloud-auth-plugin`, `kubelogin`) runs as a command the client waits for without
+/// yielding, and one waiting for a login must hold up neither the other contexts nor the
+/// answer past `timeout`. A thread still waiting then is left behind; the process ends
+/// without it.
 async fn read_context(
     kubeconfig: &Kubeconfig,
+    context: &str,
+    needs: Needs,
+    timeout: Duration,
+) -> Result<Objects, String> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (kubeconfig, context) = (kubeconfig.clone(), context.to_string());
+    std::thread::Builder::new()
+        .name(format!("fleet-{context}"))
+        .spawn(move || {
+            let objects = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("no runtime: {e}"))
+                .and_then(|rt| rt.block_on(connect_and_read(kubeconfig, &context, needs, timeout)));
+            let _ = tx.send(objects);
+        })
+        .map_err(|e| format!("no thread: {e}"))?;
+    match tokio::time::timeout(timeout, rx).await {
+        Ok(Ok(objects)) => objects,
+        Ok(Err(_)) => Err("its reader ended without an answer".to_string()),
+        Err(_) => Err(format!("no answer within {}s", timeout.as_secs())),
+    }
+}
+
+/// [`read_context`]'s work: the context's client, then [`read`].
+async fn connect_and_read(
+    kubeconfig: Kubeconfig,
     context: &str,
     needs: Needs,
     timeout: Duration,
@@ -224,16 +256,13 @@ async fn read_context(
         context: Some(context.to_string()),
         ..KubeConfigOptions::default()
     };
-    let mut config = Config::from_custom_kubeconfig(kubeconfig.clone(), &options)
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
         .map_err(|e| format!("its kubeconfig entry does not load: {e}"))?;
     config.connect_timeout = Some(timeout);
     config.read_timeout = Some(timeout);
     let client = Client::try_from(config).map_err(|e| format!("no client: {e}"))?;
-    match tokio::time::timeout(timeout, read(&client, needs)).await {
-        Ok(objects) => objects,
-        Err(_) => Err(format!("no answer within {}s", timeout.as_secs())),
-    }
+    read(&client, needs).await
 }
 
 /// Lists the kinds the view needs, all at once.
@@ -329,6 +358,11 @@ mod tests {
         assert_eq!(choose(&all, &named, Some("prod-*")), named);
         // A pattern longer than the name never matches by overlapping its ends.
         assert!(!matches("ab*ba", "aba"));
+        // Names beyond ASCII: no cut inside a character.
+        assert!(!matches("*x", "pé"));
+        assert!(matches("*é", "pé"));
+        assert!(matches("p*", "pé"));
+        assert!(matches("é*ü", "é-ü"));
     }
 
     #[test]
@@ -337,5 +371,18 @@ mod tests {
         assert_eq!(span_arg("1h"), Ok(SignedDuration::from_hours(1)));
         assert_eq!(span_arg("1h30m"), Ok(SignedDuration::from_mins(90)));
         assert!(span_arg("soon").unwrap_err().contains("soon"));
+        assert_eq!(span_arg("1.5h"), Ok(SignedDuration::from_mins(90)));
+        assert_eq!(span_arg("250ms"), Ok(SignedDuration::from_millis(250)));
+        // Refused with a reason, never a panic, never read as something else.
+        for odd in [
+            "-30m",
+            "NaNh",
+            "infh",
+            "1e400h",
+            "9999999999999h",
+            "876600000h",
+        ] {
+            assert!(span_arg(odd).is_err(), "{odd}");
+        }
     }
 }

@@ -144,8 +144,11 @@ async fn templates(client: &Client, namespace: Option<&str>) -> anyhow::Result<V
     let mut out = Vec::new();
     for t in api.list(&lp).await.context("listing ScalingTemplates")? {
         let ns = t.namespace().unwrap_or_default();
-        let label = format!("ScalingTemplate {ns}/{}", t.name_any());
-        out.push(existing(label, t.spec.window, &t.spec.actions, Some(&ns)));
+        let name = t.name_any();
+        let label = format!("ScalingTemplate {ns}/{name}");
+        let mut e = existing(label, t.spec.window, &t.spec.actions, Some(&ns));
+        e.name = Some((ns, name));
+        out.push(e);
     }
     let cluster: Api<ClusterScalingTemplate> = Api::all(client.clone());
     for t in cluster
@@ -181,6 +184,7 @@ fn existing(
         .collect();
     Existing {
         label,
+        name: None,
         window,
         actions,
     }

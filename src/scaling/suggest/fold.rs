@@ -125,12 +125,12 @@ pub(super) fn place_rises(
                 "its rise at {} is already scheduled by {by}",
                 clock(
                     repeat,
-                    unit_secs(repeat, rules, rise_instants(&g, newest, &rise).0).1
+                    unit_secs(repeat, rules, rise_instants(&g, newest, kept, &rise).0).1
                 )
             ));
             continue;
         }
-        let (start, end) = rise_instants(&g, newest, &rise);
+        let (start, end) = rise_instants(&g, newest, kept, &rise);
         let opens = start.checked_sub(rules.lead).unwrap_or(start);
         let (day, at, floored) = place(repeat, rules, opens);
         let (_, rise_start, _) = place(repeat, rules, start);
@@ -157,12 +157,28 @@ pub(super) fn place_rises(
     Ok((windows, notes))
 }
 
-/// The rise in the newest period: first instant, first instant after.
-fn rise_instants(g: &Geometry, newest: i64, rise: &super::Rise) -> (Timestamp, Timestamp) {
-    (
-        g.slot_start(newest, rise.first),
-        g.slot_start(newest, rise.first + rise.slots),
-    )
+/// The rise in the newest of the `kept` periods where no change of UTC offset falls inside
+/// it (else in the newest): first instant, first instant after. A window placed in a week of
+/// a daylight-saving change would be an hour short or long in every other week.
+fn rise_instants(
+    g: &Geometry,
+    newest: i64,
+    kept: usize,
+    rise: &super::Rise,
+) -> (Timestamp, Timestamp) {
+    let at = |p: i64| {
+        (
+            g.slot_start(p, rise.first),
+            g.slot_start(p, rise.first + rise.slots),
+        )
+    };
+    let plain = i64::try_from(rise.slots)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(g.slot_secs);
+    (0..i64::try_from(kept).unwrap_or(1))
+        .map(|back| at(newest - back))
+        .find(|(start, end)| end.duration_since(*start).as_secs() == plain)
+        .unwrap_or_else(|| at(newest))
 }
 
 /// `t` in the output zone: its day of the week (weekly periods), seconds into the cron unit,
@@ -241,8 +257,13 @@ fn covered(
 }
 
 /// The templates of `placed`: per workload its windows folded across days, then the
-/// workloads sharing a window and its days folded into one template.
-pub(super) fn templates(mut placed: Vec<Placed>, rules: &Rules) -> Vec<Suggestion> {
+/// workloads sharing a window and its days folded into one template, each named apart from
+/// the others and from the ScalingTemplates that exist (`taken`: namespace and name).
+pub(super) fn templates(
+    mut placed: Vec<Placed>,
+    rules: &Rules,
+    mut taken: BTreeSet<(String, String)>,
+) -> Vec<Suggestion> {
     placed.sort_by(|a, b| {
         (&a.namespace, &a.deployment, a.repeat, a.start).cmp(&(
             &b.namespace,
@@ -267,7 +288,8 @@ pub(super) fn templates(mut placed: Vec<Placed>, rules: &Rules) -> Vec<Suggestio
     // Then the workloads with the same days and window.
     let mut out: Vec<Suggestion> = Vec::new();
     for group in fold_rhythms(rhythms) {
-        let s = suggestion(&group, rules, &out);
+        let s = suggestion(&group, rules, &taken);
+        taken.insert((s.namespace.clone(), s.name.clone()));
         out.push(s);
     }
     out
@@ -334,13 +356,17 @@ fn fold(items: Vec<Placed>, same: impl Fn(&Placed, &Placed) -> bool) -> Vec<Vec<
     groups
 }
 
+/// The most actions a template takes: more workloads with one rhythm make more templates.
+const MAX_ACTIONS: usize = 100;
+
 fn fold_rhythms(rhythms: Vec<Rhythm>) -> Vec<Vec<Rhythm>> {
     let mut groups: Vec<Vec<Rhythm>> = Vec::new();
     for r in rhythms {
         let tol = r.first.slot_secs;
         let joins = |g: &&mut Vec<Rhythm>| {
             let f = &g[0];
-            f.first.namespace == r.first.namespace
+            g.len() < MAX_ACTIONS
+                && f.first.namespace == r.first.namespace
                 && f.first.repeat == r.first.repeat
                 && f.days == r.days
                 && (f.start - r.start).abs() <= tol
@@ -355,7 +381,7 @@ fn fold_rhythms(rhythms: Vec<Rhythm>) -> Vec<Vec<Rhythm>> {
 }
 
 /// The template of workloads sharing a window; its name is not one of `taken`'s.
-fn suggestion(group: &[Rhythm], rules: &Rules, taken: &[Suggestion]) -> Suggestion {
+fn suggestion(group: &[Rhythm], rules: &Rules, taken: &BTreeSet<(String, String)>) -> Suggestion {
     let first = &group[0];
     let repeat = first.first.repeat;
     let start = group.iter().map(|r| r.start).min().unwrap_or(0);
@@ -392,10 +418,7 @@ fn suggestion(group: &[Rhythm], rules: &Rules, taken: &[Suggestion]) -> Suggesti
     let namespace = first.first.namespace.clone();
     let mut name = base.clone();
     let mut n = 2;
-    while taken
-        .iter()
-        .any(|s| s.namespace == namespace && s.name == name)
-    {
+    while taken.contains(&(namespace.clone(), name.clone())) {
         name = format!("{}-{n}", base.chars().take(60).collect::<String>());
         n += 1;
     }

@@ -48,6 +48,9 @@ pub struct Observed {
 pub struct Existing {
     /// `ScalingTemplate shop/peak` or `ClusterScalingTemplate peak`.
     pub label: String,
+    /// A ScalingTemplate's namespace and name (none for a ClusterScalingTemplate): a
+    /// suggestion never takes it, or applying the suggestion would replace the template.
+    pub name: Option<(String, String)>,
     /// When its windows open.
     pub window: WindowSpec,
     /// Its actions: name, the target's namespace and Deployment, `minReplicas`.
@@ -230,7 +233,8 @@ pub fn suggest(
             .unneeded
             .extend(unneeded::unneeded(o, existing, rules.min_periods, now));
     }
-    report.suggestions = fold::templates(placed, rules);
+    let taken = existing.iter().filter_map(|e| e.name.clone()).collect();
+    report.suggestions = fold::templates(placed, rules, taken);
     report
         .unneeded
         .sort_by(|a, b| (&a.template, &a.action).cmp(&(&b.template, &b.action)));

@@ -26,6 +26,24 @@ fn go_duration(secs: i64) -> String {
     out
 }
 
+/// The longest action name a template takes.
+const ACTION_NAME_MAX: usize = 63;
+
+/// An action's name for `deployment`: the name itself when it fits an action name's 63
+/// characters (a Deployment's may have 253), else its first 54 characters and 8 hex digits
+/// of a hash of the whole, so that two long names never share one.
+pub fn action_name(deployment: &str) -> String {
+    if deployment.len() <= ACTION_NAME_MAX {
+        return deployment.to_string();
+    }
+    // FNV-1a: stable across builds and platforms.
+    let hash = deployment.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let head: String = deployment.chars().take(54).collect();
+    format!("{}-{:08x}", head.trim_end_matches(['-', '.']), hash >> 32)
+}
+
 /// The manifest of a suggestion, as JSON.
 pub fn manifest(s: &Suggestion) -> serde_json::Value {
     let actions: Vec<serde_json::Value> = s
@@ -33,7 +51,7 @@ pub fn manifest(s: &Suggestion) -> serde_json::Value {
         .iter()
         .map(|a| {
             json!({
-                "name": a.deployment,
+                "name": action_name(&a.deployment),
                 "target": {"kind": "Deployment", "name": a.deployment},
                 "minReplicas": a.min_replicas,
                 "maxReplicas": a.max_replicas,
@@ -141,5 +159,16 @@ mod tests {
             let d: kube::core::Duration = go_duration(secs).parse().unwrap();
             assert_eq!(std::time::Duration::from(d).as_secs(), secs.unsigned_abs());
         }
+    }
+
+    #[test]
+    fn an_action_name_fits_the_63_characters_and_stays_apart() {
+        assert_eq!(action_name("web"), "web");
+        let long = |tail: &str| format!("{}{tail}", "a".repeat(70));
+        let (one, two) = (action_name(&long("-x")), action_name(&long("-y")));
+        assert_eq!(one.len(), 63, "{one}");
+        assert_ne!(one, two, "two long names, two action names");
+        assert_eq!(one, action_name(&long("-x")), "the same name each time");
+        assert_eq!(action_name(&"b".repeat(63)), "b".repeat(63));
     }
 }

@@ -318,8 +318,13 @@ fn short_periods_become_minute_steps_and_unwritable_periods_a_note() {
 }
 
 fn existing(label: &str, schedule: &str, duration: &str, min: i32) -> Existing {
+    let name = label
+        .strip_prefix("ScalingTemplate ")
+        .and_then(|n| n.split_once('/'))
+        .map(|(ns, name)| (ns.to_string(), name.to_string()));
     Existing {
         label: label.into(),
+        name,
         window: serde_json::from_value(serde_json::json!({
             "schedule": schedule, "timeZone": "UTC", "duration": duration
         }))
@@ -349,6 +354,65 @@ fn a_rise_an_existing_template_schedules_is_not_suggested_again() {
             .text
             .contains("already scheduled by ScalingTemplate shop/peak (action web)")
     );
+}
+
+#[test]
+fn more_workloads_with_one_rhythm_than_a_template_takes_make_more_templates() {
+    let observed: Vec<Observed> = (0..150)
+        .map(|i| business_hours(&format!("w{i:03}"), "UTC", 8))
+        .collect();
+    let report = suggest(&observed, &[], &rules("UTC", 15), ts(NOW));
+    let sizes: Vec<usize> = report.suggestions.iter().map(|s| s.actions.len()).collect();
+    assert_eq!(sizes, [100, 50]);
+    assert_ne!(report.suggestions[0].name, report.suggestions[1].name);
+}
+
+#[test]
+fn a_window_suggested_in_a_daylight_saving_week_lasts_what_it_does_in_the_others() {
+    // Sundays 00:00–06:00 in Berlin; "now" is the Sunday clocks go forward (02:00 → 03:00),
+    // so the newest week's rise lasts 5 hours of real time, the other weeks' 6.
+    let h = history(
+        "night",
+        "Europe/Berlin",
+        HOUR,
+        WEEK,
+        2,
+        vec![week(2, 8, &[6], 0, 6); 4],
+        "2026-03-29T12:00:00Z",
+    );
+    let report = suggest(
+        &[h],
+        &[],
+        &rules("Europe/Berlin", 15),
+        ts("2026-03-29T12:00:00Z"),
+    );
+    assert_eq!(report.suggestions.len(), 1, "{:?}", report.notes);
+    let s = &report.suggestions[0];
+    assert_eq!(s.schedule, "45 23 * * 6");
+    assert_eq!(s.duration, SignedDuration::from_mins(6 * 60 + 15));
+}
+
+#[test]
+fn a_suggestion_never_takes_the_name_of_a_template_that_exists() {
+    // `shop/web-0745` exists and schedules Saturdays only: the weekday rise is suggested,
+    // under another name, so that applying it replaces nothing.
+    let saturdays = existing("ScalingTemplate shop/web-0745", "0 3 * * 6", "1h", 8);
+    let report = suggest(
+        &[business_hours("web", "UTC", 8)],
+        &[saturdays],
+        &rules("UTC", 15),
+        ts(NOW),
+    );
+    let names: Vec<&str> = report.suggestions.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["web-0745-2"]);
+    // Without it, the name is the plain one.
+    let report = suggest(
+        &[business_hours("web", "UTC", 8)],
+        &[],
+        &rules("UTC", 15),
+        ts(NOW),
+    );
+    assert_eq!(report.suggestions[0].name, "web-0745");
 }
 
 #[test]

@@ -20,9 +20,9 @@ pub fn span_arg(s: &str) -> Result<jiff::SignedDuration, String> {
     }
     // The parser multiplies floats into a std Duration, which panics on what is not a
     // finite, representable number: only digits, one dot per number, and units get there.
-    let plain = t
-        .chars()
-        .all(|c| c.is_ascii_digit() || matches!(c, '.' | '+' | 'h' | 'm' | 's' | 'u' | 'µ' | 'n'));
+    let plain = t.chars().all(|c| {
+        c.is_ascii_digit() || matches!(c, '.' | '+' | 'h' | 'm' | 's' | 'u' | 'µ' | 'μ' | 'n')
+    });
     let digits = t.chars().filter(char::is_ascii_digit).count();
     if !plain || digits > 12 {
         return Err(refused(

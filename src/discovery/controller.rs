@@ -111,16 +111,23 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Each leadership this process gains starts from the baselines and replica histories the
-/// inventories publish, as a process that has just started does: while it followed, another
-/// leader may have recorded changes (and slots) and published what they left; going on from
-/// what this process held before would record the changes again, merged into one, and write
-/// its old slot's count over the slots since.
+/// Each term of leadership this process begins starts from the baselines and replica
+/// histories the inventories publish, as a process that has just started does: while it
+/// followed, another leader may have recorded changes (and slots) and published what they
+/// left; going on from what this process held before would record the changes again,
+/// merged into one, and write its old slot's count over the slots since. A renewal that
+/// came after its deadline is no new term (the Lease stayed this process's): what it holds,
+/// the open slots' counts among it, is kept, and the namespaces are looked at again.
 async fn new_terms(shared: &Shared) {
-    let mut terms = std::pin::pin!(shared.ctx.leadership.acquisitions());
-    while terms.next().await.is_some() {
-        shared.baselines.clear();
-        shared.open_slots.clear();
+    let leadership = &shared.ctx.leadership;
+    let mut acquisitions = std::pin::pin!(leadership.acquisitions());
+    let mut term = leadership.term();
+    while acquisitions.next().await.is_some() {
+        if leadership.term() != term {
+            term = leadership.term();
+            shared.baselines.clear();
+            shared.open_slots.clear();
+        }
         shared.pending.mark(Mark::cluster());
     }
     futures::future::pending::<()>().await;

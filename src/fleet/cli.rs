@@ -64,7 +64,7 @@ pub enum View {
     Signals,
     /// The revisions recorded lately (what changed, when, by whom), newest first.
     Changes {
-        /// How far back, e.g. `1h`, `30m`, `2d`.
+        /// How far back, e.g. `1h`, `30m`, `48h`.
         #[arg(long, default_value = "1h", value_parser = crate::cron::span_arg)]
         since: SignedDuration,
     },
@@ -373,6 +373,13 @@ mod tests {
         assert!(span_arg("soon").unwrap_err().contains("soon"));
         assert_eq!(span_arg("1.5h"), Ok(SignedDuration::from_mins(90)));
         assert_eq!(span_arg("250ms"), Ok(SignedDuration::from_millis(250)));
+        for micro in ["5us", "5µs", "5μs"] {
+            assert_eq!(
+                span_arg(micro),
+                Ok(SignedDuration::from_micros(5)),
+                "{micro}"
+            );
+        }
         // Refused with a reason, never a panic, never read as something else.
         for odd in [
             "-30m",

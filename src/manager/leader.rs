@@ -10,7 +10,10 @@
 //! is lifted it writes nothing until it has renewed again.
 
 use std::{
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -212,13 +215,19 @@ fn params() -> PostParams {
     }
 }
 
-/// One attempt: read the Lease, and take, renew or leave it. `Ok(true)` when we hold it now.
-async fn attempt(api: &Api<Lease>, candidate: &mut Candidate) -> kube::Result<bool> {
+/// One attempt: read the Lease, and take, renew or leave it. `Some` when we hold it now,
+/// saying whether this began a term.
+async fn attempt(api: &Api<Lease>, candidate: &mut Candidate) -> kube::Result<Option<Won>> {
     let lease = api.get_opt(LEASE_NAME).await?;
     let next = candidate.next(lease.as_ref().and_then(|l| l.spec.as_ref()), Instant::now());
     let identity = candidate.identity.clone();
+    let won = if next == Next::Renew {
+        Won::Renewed
+    } else {
+        Won::Took
+    };
     let written = match next {
-        Next::Follow => return Ok(false),
+        Next::Follow => return Ok(None),
         Next::Create => {
             api.create(&params(), &held(&identity, None, Timestamp::now()))
                 .await
@@ -234,10 +243,19 @@ async fn attempt(api: &Api<Lease>, candidate: &mut Candidate) -> kube::Result<bo
         }
     };
     match written {
-        Ok(_) => Ok(true),
-        Err(e) if crate::runtime::errors::is_conflict(&e) => Ok(false),
+        Ok(_) => Ok(Some(won)),
+        Err(e) if crate::runtime::errors::is_conflict(&e) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// How an attempt that holds the Lease got it: a new term, or the one it had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Won {
+    /// Created, or taken from no holder or an expired one.
+    Took,
+    /// Renewed while held.
+    Renewed,
 }
 
 /// Gives the Lease up if we hold it, so that a successor takes over at once.
@@ -274,7 +292,8 @@ pub fn elect(
     let api: Api<Lease> = Api::namespaced(client, namespace);
     let (tx, rx) = watch::channel(false);
     let until = Arc::new(Mutex::new(None));
-    let leadership = Leadership::new(rx, until.clone());
+    let terms: Arc<AtomicU64> = Arc::default();
+    let leadership = Leadership::new(rx, until.clone(), terms.clone());
     let identity = identity.to_string();
     let task = tokio::spawn(async move {
         let mut candidate = Candidate::new(&identity);
@@ -291,11 +310,14 @@ pub fn elect(
                 || publish(&tx, false, &identity, &metrics),
             );
             let error = match attempted.await {
-                Ok(Ok(true)) => {
+                Ok(Ok(Some(won))) => {
+                    if won == Won::Took {
+                        terms.fetch_add(1, Ordering::AcqRel);
+                    }
                     candidate.renewed(started);
                     None
                 }
-                Ok(Ok(false)) => {
+                Ok(Ok(None)) => {
                     candidate.follows();
                     None
                 }

@@ -294,11 +294,14 @@ pub fn spawn_watches(
 pub async fn installed<K: Cached>(client: &Client) -> bool {
     let api: Api<K> = Api::all(client.clone());
     let mut pause = std::time::Duration::from_secs(2);
+    let one = kube::api::ListParams::default().limit(1);
     for tries_left in (0..5).rev() {
-        let e = match api.list(&kube::api::ListParams::default().limit(1)).await {
-            Ok(_) => return true,
-            Err(kube::Error::Api(s)) if s.code == 404 => return false,
-            Err(e) => e,
+        let asked = tokio::time::timeout(std::time::Duration::from_secs(10), api.list(&one));
+        let e = match asked.await {
+            Ok(Ok(_)) => return true,
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => return false,
+            Ok(Err(e)) => e,
+            Err(_) => kube::Error::Service("no answer in 10s".into()),
         };
         if !may_pass(&e) || tries_left == 0 {
             tracing::warn!(
@@ -319,9 +322,14 @@ pub async fn installed<K: Cached>(client: &Client) -> bool {
     false
 }
 
-/// Whether an error may pass if asked again: no answer, or a 5xx; not a refusal (4xx).
+/// Whether an error may pass if asked again: no answer, a 5xx, or a 429 (throttled); not
+/// a refusal (another 4xx), nor an answer that does not decode (it would again).
 fn may_pass(e: &kube::Error) -> bool {
-    !matches!(e, kube::Error::Api(s) if s.code < 500)
+    match e {
+        kube::Error::Api(s) => s.code >= 500 || s.code == 429,
+        kube::Error::SerdeError(_) => false,
+        _ => true,
+    }
 }
 
 /// Writes whose echo on the watch should not wake the object they were written to: a
@@ -486,6 +494,12 @@ mod tests {
         assert!(may_pass(&api(500)));
         assert!(!may_pass(&api(403)), "a refusal stays one");
         assert!(!may_pass(&api(401)));
+        assert!(
+            may_pass(&api(429)),
+            "throttled while the API server restarts"
+        );
+        let undecodable = serde_json::from_str::<u8>("x").unwrap_err();
+        assert!(!may_pass(&kube::Error::SerdeError(undecodable)));
         assert!(
             may_pass(&kube::Error::LinesCodecMaxLineLengthExceeded),
             "not an answer"

@@ -2,7 +2,10 @@
 //! `moonin-manager` writes; the manager's election (`manager::leader`) feeds it.
 
 use std::{
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Instant,
 };
 
@@ -13,13 +16,26 @@ use tokio::sync::watch;
 pub struct Leadership {
     rx: watch::Receiver<bool>,
     until: Arc<Mutex<Option<Instant>>>,
+    terms: Arc<AtomicU64>,
 }
 
 impl Leadership {
     /// A gate that follows `rx` (true while the Lease is held) and is shut at `until` (the
-    /// renew deadline of the last successful renewal), whichever comes first.
-    pub fn new(rx: watch::Receiver<bool>, until: Arc<Mutex<Option<Instant>>>) -> Self {
-        Self { rx, until }
+    /// renew deadline of the last successful renewal), whichever comes first; `terms`
+    /// counts the times this process took the Lease ([`Leadership::term`]).
+    pub fn new(
+        rx: watch::Receiver<bool>,
+        until: Arc<Mutex<Option<Instant>>>,
+        terms: Arc<AtomicU64>,
+    ) -> Self {
+        Self { rx, until, terms }
+    }
+
+    /// How many times this process has taken (or created) the Lease. An acquisition in the
+    /// same term is a renewal that came after its deadline: the Lease stayed this process's
+    /// throughout, so no other process can have led meanwhile.
+    pub fn term(&self) -> u64 {
+        self.terms.load(Ordering::Acquire)
     }
 
     /// True while this process holds the Lease. Every write to the cluster checks this first.
@@ -62,7 +78,10 @@ mod tests {
 
     fn gate(held: bool, until: Option<Instant>) -> (watch::Sender<bool>, Leadership) {
         let (tx, rx) = watch::channel(held);
-        (tx, Leadership::new(rx, Arc::new(Mutex::new(until))))
+        (
+            tx,
+            Leadership::new(rx, Arc::new(Mutex::new(until)), Arc::default()),
+        )
     }
 
     #[test]

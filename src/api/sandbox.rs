@@ -25,6 +25,7 @@ const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     shortname = "senv",
     category = "moonin",
     cel,
+    validation = Rule::new("self.spec.clusters.all(c, c.members.all(m, size(self.metadata.name) + size(m.name) <= 62))").message("the Env's name and each member's name, joined by '-', must fit in 63 characters: the joined name labels the member's Pods"),
     printcolumn(
         name = "Local Pools",
         type_ = "integer",
@@ -49,7 +50,7 @@ const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("!has(self.autoscaling) || self.clusters.all(c, c.members.all(m, !has(m.config) || !has(m.config.scalingGroup) || self.autoscaling.groups.exists(g, g.name == m.config.scalingGroup)))").message("every member's config.scalingGroup must name a group in spec.autoscaling.groups"))]
+#[x_kube(validation = Rule::new("self.clusters.all(c, c.members.all(m, !has(m.config) || !has(m.config.scalingGroup) || (has(self.autoscaling) && self.autoscaling.groups.exists(g, g.name == m.config.scalingGroup))))").message("every member's config.scalingGroup must name a group in spec.autoscaling.groups"))]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxEnvSpec {
     /// The clusters this environment spans. Each Moonin manager materialises only the
@@ -319,6 +320,7 @@ pub struct MemberStatus {
     shortname = "spool",
     category = "moonin",
     cel,
+    validation = Rule::new("size(self.metadata.name) <= 63").message("a SandboxPool's name must fit in 63 characters: it labels the pool's Pods"),
     scale = r#"{"specReplicasPath":".spec.replicas","statusReplicasPath":".status.replicas"}"#,
     printcolumn(
         name = "Desired",

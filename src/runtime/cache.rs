@@ -26,7 +26,7 @@ use kube::{
 };
 
 use super::access;
-use super::{decode::Decoded, invalid};
+use super::{decode::Decoded, errors, invalid};
 
 /// Called with every object the cache applies or deletes, after the store has it: a
 /// reconcile triggered from here always reads at least what triggered it. An object applied
@@ -303,7 +303,7 @@ pub async fn installed<K: Cached>(client: &Client) -> bool {
             Ok(Err(e)) => e,
             Err(_) => kube::Error::Service("no answer in 10s".into()),
         };
-        if !may_pass(&e) || tries_left == 0 {
+        if !errors::may_pass(&e) || tries_left == 0 {
             tracing::warn!(
                 kind = %K::kind(&()),
                 error = %super::errors::brief(&e),
@@ -320,16 +320,6 @@ pub async fn installed<K: Cached>(client: &Client) -> bool {
         pause *= 2;
     }
     false
-}
-
-/// Whether an error may pass if asked again: no answer, a 5xx, or a 429 (throttled); not
-/// a refusal (another 4xx), nor an answer that does not decode (it would again).
-fn may_pass(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::Api(s) => s.code >= 500 || s.code == 429,
-        kube::Error::SerdeError(_) => false,
-        _ => true,
-    }
 }
 
 /// Writes whose echo on the watch should not wake the object they were written to: a
@@ -482,29 +472,6 @@ mod tests {
     use crate::api::sandbox::SandboxClaim;
     use crate::runtime::decode::decode;
     use serde_json::json;
-
-    #[test]
-    fn whether_a_kind_is_served_is_asked_again_only_after_errors_that_may_pass() {
-        let api = |code: u16| {
-            kube::Error::Api(Box::new(
-                kube::core::Status::failure("x", "y").with_code(code),
-            ))
-        };
-        assert!(may_pass(&api(503)), "the API server starting");
-        assert!(may_pass(&api(500)));
-        assert!(!may_pass(&api(403)), "a refusal stays one");
-        assert!(!may_pass(&api(401)));
-        assert!(
-            may_pass(&api(429)),
-            "throttled while the API server restarts"
-        );
-        let undecodable = serde_json::from_str::<u8>("x").unwrap_err();
-        assert!(!may_pass(&kube::Error::SerdeError(undecodable)));
-        assert!(
-            may_pass(&kube::Error::LinesCodecMaxLineLengthExceeded),
-            "not an answer"
-        );
-    }
 
     fn claim(name: &str, rv: &str, ok: bool) -> Decoded<SandboxClaim> {
         let pool_ref = if ok { json!({"name": "p"}) } else { json!("p") };

@@ -1,5 +1,6 @@
-//! How the controllers read the API server's refusals: a conflict is a race to retry from
-//! fresh caches at once; anything else is a refusal to back off from and report.
+//! How the controllers read the API server's errors: a conflict is a race to retry from
+//! fresh caches at once; an error that may pass (no answer, a 5xx, a 429) is worth asking
+//! again; anything else is a refusal to back off from and report.
 
 /// The API server's message for a JSON Patch it could not apply to the stored object.
 const PATCH_NOT_APPLICABLE: &str = "the server rejected our request due to an error in our request";
@@ -21,6 +22,16 @@ pub fn is_conflict(e: &kube::Error) -> bool {
                             && s.message.ends_with("test failed"))))
         }
         _ => false,
+    }
+}
+
+/// Whether an error may pass if asked again: no answer, a 5xx, or a 429 (throttled); not
+/// a refusal (another 4xx), nor an answer that does not decode (it would again).
+pub fn may_pass(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code >= 500 || s.code == 429,
+        kube::Error::SerdeError(_) => false,
+        _ => true,
     }
 }
 
@@ -86,5 +97,24 @@ mod tests {
     #[test]
     fn a_brief_error_is_the_api_servers_message() {
         assert_eq!(brief(&api(422, "bad")), "bad (Invalid)");
+    }
+
+    #[test]
+    fn only_errors_that_are_no_answer_or_a_5xx_or_429_may_pass() {
+        let api = |code: u16| api(code, "x");
+        assert!(may_pass(&api(503)), "the API server starting");
+        assert!(may_pass(&api(500)));
+        assert!(!may_pass(&api(403)), "a refusal stays one");
+        assert!(!may_pass(&api(401)));
+        assert!(
+            may_pass(&api(429)),
+            "throttled while the API server restarts"
+        );
+        let undecodable = serde_json::from_str::<u8>("x").unwrap_err();
+        assert!(!may_pass(&kube::Error::SerdeError(undecodable)));
+        assert!(
+            may_pass(&kube::Error::LinesCodecMaxLineLengthExceeded),
+            "not an answer"
+        );
     }
 }

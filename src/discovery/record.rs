@@ -457,17 +457,28 @@ pub async fn report_foreign(shared: &Shared, ns: &str) -> Result<(), kube::Error
             continue;
         }
         let author = r.foreign.as_deref().unwrap_or_default();
-        let ready = Desired::new(
-            types::READY,
-            false,
-            condition_reasons::NOT_RECORDED,
-            format!(
-                "created by {author}, not by Moonin's discovery: it is not part of the change log"
-            ),
+        let message = format!(
+            "created by {author}, not by Moonin's discovery: it is not part of the change log"
         );
+        // Stalled too: nothing Moonin does changes it, so a GitOps tool that waits on it
+        // (kstatus, Argo CD) reads it as failed instead of in progress for good.
+        let stalled = [
+            Desired::new(
+                types::READY,
+                false,
+                condition_reasons::NOT_RECORDED,
+                message.clone(),
+            ),
+            Desired::new(
+                types::STALLED,
+                true,
+                condition_reasons::NOT_RECORDED,
+                message,
+            ),
+        ];
         let body = json!({"status": {
             "observedGeneration": 1,
-            "conditions": conditions::merge(&[], &[ready], Some(1), now),
+            "conditions": conditions::merge(&[], &stalled, Some(1), now),
         }});
         merge_status(shared, &api, &r.name, &body).await?;
     }

@@ -55,8 +55,9 @@ pub enum Step {
     /// (`status.observedGeneration`, else the `Ready` condition's `observedGeneration`,
     /// behind `metadata.generation`). The message says which.
     Unobserved,
-    /// Progressing with `message` while `status.<field>` is absent: the kind gets a status
-    /// only once something happened to it.
+    /// Progressing with `message` while the status holds neither `<field>` nor any condition:
+    /// the kind gets a status only once something happened to it (an object that cannot be
+    /// decoded gets conditions only, and the checks after this one read them).
     AwaitStatusField {
         /// The field of `status`.
         field: &'static str,
@@ -162,6 +163,16 @@ const READY_MISSING: Rule = rule(Step::ReadyMissing, "");
 /// `Ready` False or Unknown for a reason that is not in the kind's list.
 const READY_NOT_TRUE: Rule = rule(Step::ReadyNotTrue, "");
 
+/// Anything else, after [`READY_NOT_TRUE`]: `Ready=True`, Healthy.
+const READY_TRUE: Rule = rule(
+    Step::Otherwise {
+        health: Health::Healthy,
+        fallback: "",
+        append: "",
+    },
+    "Ready=True",
+);
+
 /// The checks of the two template kinds, which share one status type.
 const TEMPLATE_RULES: &[Rule] = &[
     UNOBSERVED,
@@ -220,14 +231,7 @@ const READY_ONLY_RULES: &[Rule] = &[
     READY_MISSING,
     rule(Step::ReadyFalseFor(&[common::INVALID_SPEC]), ""),
     READY_NOT_TRUE,
-    rule(
-        Step::Otherwise {
-            health: Health::Healthy,
-            fallback: "",
-            append: "",
-        },
-        "Ready=True",
-    ),
+    READY_TRUE,
 ];
 
 /// `Truncated`: discovery's condition for an inventory split into parts.
@@ -446,12 +450,26 @@ const NAMESPACE_INVENTORY: KindHealth = KindHealth {
     ],
 };
 
+/// `NotRecorded`: discovery's reason for a WorkloadRevision it did not write.
+const NOT_RECORDED: &str = "NotRecorded";
+
 const WORKLOAD_REVISION: KindHealth = KindHealth {
     kind: "WorkloadRevision",
     about: "Reads what the discovery controller writes (src/discovery/): Ready once the \
             record is complete. A revision records a change; whether the change was good is \
-            the workload's own health.",
-    rules: READY_ONLY_RULES,
+            the workload's own health. One that discovery did not write (NotRecorded) stays \
+            so until a person removes it.",
+    rules: &[
+        UNOBSERVED,
+        STALLED,
+        READY_MISSING,
+        rule(
+            Step::ReadyFalseFor(&[common::INVALID_SPEC, NOT_RECORDED]),
+            "not a record of discovery's",
+        ),
+        READY_NOT_TRUE,
+        READY_TRUE,
+    ],
 };
 
 /// Every kind's health check, in the order of [`crate::api::all_crds`].

@@ -160,7 +160,9 @@ fn describe(step: &Step) -> String {
         Step::Unobserved => {
             "status absent, or observedGeneration behind metadata.generation".to_string()
         }
-        Step::AwaitStatusField { field, .. } => format!("no status.{field} yet"),
+        Step::AwaitStatusField { field, .. } => {
+            format!("neither status.{field} nor a condition yet")
+        }
         Step::Condition {
             type_,
             status,
@@ -243,7 +245,9 @@ impl Body {
                 self.when("waiting ~= nil", Health::Progressing, "waiting");
             }
             Step::AwaitStatusField { field, message } => self.when(
-                &format!("type(obj.status) ~= \"table\" or obj.status.{field} == nil"),
+                &format!(
+                    "type(obj.status) ~= \"table\" or (obj.status.{field} == nil and obj.status.conditions == nil)"
+                ),
                 Health::Progressing,
                 &quote(message),
             ),

@@ -19,6 +19,7 @@ use kube::{
 use moonin::api::discovery::{ClusterDiscovery, ImageChange, NamespaceInventory, WorkloadRevision};
 use serde_json::{Value, json};
 
+use crate::common;
 use crate::harness::{metric_sum, wait_for, wait_gone};
 use crate::require_cluster;
 use crate::scaling::Rig;
@@ -753,6 +754,31 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     );
     assert_eq!(revisions(&rig, "web").await.len(), before.len());
     assert_eq!(revisions(&rig, "api").await.len(), api_before + 1);
+
+    // A WorkloadRevision applied from elsewhere (the docs' example, say, from git) is no
+    // record: Ready=False and Stalled=True, so that a GitOps tool waiting on it fails.
+    let mut copied = common::load(&common::root().join("docs/examples/workloadrevision.yaml"));
+    copied["metadata"]["namespace"] = rig.ns().into();
+    let copied: WorkloadRevision = serde_json::from_value(copied).expect("the example");
+    wrevs
+        .create(&PostParams::default(), &copied)
+        .await
+        .expect("create the copied revision");
+    wait_for(
+        "the copied revision reported NotRecorded and Stalled",
+        Duration::from_secs(30),
+        || async {
+            let r = wrevs.get(&copied.name_any()).await.ok()?;
+            let conditions = r.status?.conditions;
+            let reported = |type_: &str, status: &str| {
+                conditions
+                    .iter()
+                    .any(|c| c.type_ == type_ && c.status == status && c.reason == "NotRecorded")
+            };
+            (reported("Ready", "False") && reported("Stalled", "True")).then_some(())
+        },
+    )
+    .await;
     drop(discovery);
 }
 

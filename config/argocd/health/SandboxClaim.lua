@@ -5,7 +5,7 @@
 --
 -- Reads what the sandbox controller writes (src/sandbox/controller.rs). A Pending claim whose
 -- pool exists gets no status until it binds: it is simply queued.
---   no status.phase yet (queued)                                    -> Progressing
+--   neither status.phase nor a condition yet (queued)               -> Progressing
 --   status absent, or observedGeneration behind metadata.generation -> Progressing
 --   phase Failed (PodLost: the bound Pod was deleted)               -> Degraded
 --   Stalled=True                                                    -> Degraded
@@ -58,7 +58,7 @@ local function unobserved(o)
   return nil
 end
 
-if type(obj.status) ~= "table" or obj.status.phase == nil then
+if type(obj.status) ~= "table" or (obj.status.phase == nil and obj.status.conditions == nil) then
   return { status = "Progressing", message = "waiting for a sandbox Pod" }
 end
 local waiting = unobserved(obj)

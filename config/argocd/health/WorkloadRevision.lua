@@ -5,11 +5,12 @@
 --
 -- Reads what the discovery controller writes (src/discovery/): Ready once the record is
 -- complete. A revision records a change; whether the change was good is the workload's own
--- health.
+-- health. One that discovery did not write (NotRecorded) stays so until a person removes it.
 --   status absent, or observedGeneration behind metadata.generation -> Progressing
 --   Stalled=True                                                    -> Degraded
 --   no Ready condition                                              -> Progressing
---   Ready=False/InvalidSpec                                         -> Degraded
+--   Ready=False/InvalidSpec, NotRecorded (not a record of
+--     discovery's)                                                  -> Degraded
 --   Ready not True                                                  -> Progressing
 --   anything else (Ready=True)                                      -> Healthy
 
@@ -69,7 +70,7 @@ if ready == nil then
   return { status = "Progressing", message = "waiting for the Ready condition" }
 end
 -- Ready=False reasons that need a person.
-local needs_fix = { InvalidSpec = true }
+local needs_fix = { InvalidSpec = true, NotRecorded = true }
 if ready.status == "False" and needs_fix[ready.reason] then
   return { status = "Degraded", message = text(ready) }
 end

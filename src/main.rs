@@ -10,7 +10,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 /// Moonin: cluster discovery, scheduled scaling and warm sandbox pools, as custom resources.
 #[derive(Parser, Debug)]
-#[command(name = "moonin", version, about)]
+// A flag given twice takes its last value: the Helm chart's `extraArgs` come after the
+// chart's own flags, and override them instead of failing the start.
+#[command(name = "moonin", version, about, args_override_self = true)]
 struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Pretty, env = "MOONIN_LOG_FORMAT")]
@@ -30,6 +32,7 @@ enum LogFormat {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the manager against the current kubeconfig (or in-cluster config).
+    #[command(args_override_self = true)]
     Run(moonin::manager::RunArgs),
     /// Print the next windows of a ScalingTemplate or ClusterScalingTemplate, from a file
     /// or the cluster, in its time zone and in UTC, and whether it is active.
@@ -119,5 +122,43 @@ async fn main() -> anyhow::Result<()> {
             println!("moonin {}", env!("CARGO_PKG_VERSION"));
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chart appends `extraArgs` after its own flags: the last value of a flag wins.
+    #[test]
+    fn a_flag_given_twice_takes_its_last_value() {
+        let cli = Cli::try_parse_from([
+            "moonin",
+            "run",
+            "--log-format",
+            "json",
+            "--http-addr",
+            "0.0.0.0:8080",
+            "--cluster-name",
+            "a",
+            "--http-addr",
+            "[::]:9090",
+            "--cluster-name",
+            "b",
+            "--log-format",
+            "pretty",
+            "--controllers",
+            "scaling",
+            "--controllers",
+            "sandbox",
+        ])
+        .expect("parses");
+        assert!(matches!(cli.log_format, LogFormat::Pretty));
+        let Command::Run(run) = cli.command else {
+            panic!("run");
+        };
+        assert_eq!(run.http_addr.to_string(), "[::]:9090");
+        assert_eq!(run.cluster_name, "b");
+        assert_eq!(run.controllers, ["scaling", "sandbox"], "a list adds up");
     }
 }

@@ -12,7 +12,7 @@ use std::{
     process::Command,
 };
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const CONTROLLERS: [&str; 3] = ["discovery", "scaling", "sandbox"];
 
@@ -378,7 +378,9 @@ fn values_change_what_they_say() {
         "metrics.serviceMonitor.enabled=true",
         "metrics.serviceMonitor.labels.release=prometheus",
         "logFormat=pretty",
-        "extraArgs={--identity,fixed}",
+        "extraArgs={--cluster-name,override}",
+        "podLabels.team=platform",
+        "podLabels.app\\.kubernetes\\.io/name=other",
     ]);
     let deployment = find(&rendered, "Deployment", "moonin");
     assert_eq!(deployment["spec"]["replicas"], 1);
@@ -391,7 +393,21 @@ fn values_change_what_they_say() {
         Some("0.0.0.0:9090")
     );
     assert_eq!(arg(deployment, "--log-format").as_deref(), Some("pretty"));
-    assert_eq!(arg(deployment, "--identity").as_deref(), Some("fixed"));
+    // Appended after the chart's own: `moonin run` takes a flag's last value.
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args");
+    assert_eq!(
+        args[args.len() - 2..],
+        [json!("--cluster-name"), json!("override")]
+    );
+    // A Pod label never replaces the selector's.
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(labels["team"], "platform");
+    assert_eq!(
+        labels["app.kubernetes.io/name"],
+        deployment["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"]
+    );
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
         container["image"],
@@ -456,6 +472,22 @@ fn bad_values_fail_with_a_message() {
                 "metrics.service.enabled=false",
             ],
             "needs metrics.service.enabled",
+        ),
+        (
+            &["extraArgs={--identity,fixed}"],
+            "extraArgs: --identity is the chart's to set",
+        ),
+        (
+            &["extraArgs={--namespace=other}"],
+            "extraArgs: --namespace=other is the chart's to set",
+        ),
+        (
+            &["extraArgs={--controllers,sandbox}"],
+            "extraArgs: --controllers is the chart's to set",
+        ),
+        (
+            &["serviceAccount.create=false"],
+            "serviceAccount.name: name the existing ServiceAccount",
         ),
     ];
     for (sets, message) in cases {

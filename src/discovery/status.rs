@@ -305,7 +305,9 @@ fn access_condition(
             type_,
             false,
             condition_reasons::FORBIDDEN,
-            format!("{why}; grant the opt-in Secrets role (config/rbac-helm)"),
+            format!(
+                "{why}; grant the opt-in Secrets role (config/rbac-helm; with the Helm chart, controllers.discovery.helmReleases=true)"
+            ),
         ),
         SecretAccess::Readable => {
             Desired::new(type_, true, condition_reasons::SECRETS_READABLE, reading)

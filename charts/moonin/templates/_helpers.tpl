@@ -24,6 +24,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{- define "moonin.serviceAccountName" -}}
+{{- if and (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) -}}
+{{- fail "serviceAccount.name: name the existing ServiceAccount when serviceAccount.create is false" -}}
+{{- end -}}
 {{- default (include "moonin.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
 

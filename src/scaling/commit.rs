@@ -210,13 +210,16 @@ impl Writer {
                     field_manager: Some(field_manager::SCALING.to_string()),
                     ..PostParams::default()
                 };
-                (
-                    "HorizontalPodAutoscaler",
-                    Api::<HorizontalPodAutoscaler>::namespaced(self.client.clone(), ns)
-                        .create(&pp, &hpa)
-                        .await
-                        .map(|_| ()),
-                )
+                let created = Api::<HorizontalPodAutoscaler>::namespaced(self.client.clone(), ns)
+                    .create(&pp, &hpa)
+                    .await
+                    .map(|_| ());
+                if matches!(&created, Err(kube::Error::Api(s)) if s.reason == "AlreadyExists")
+                    && let Some(why) = self.name_taken(ns, &hpa).await
+                {
+                    return Ok(Err(why));
+                }
+                ("HorizontalPodAutoscaler", created)
             }
             Write::DeleteHpa {
                 uid,
@@ -252,10 +255,9 @@ impl Writer {
         );
         match result {
             Ok(()) => Ok(Ok(())),
+            // With a 409 for a provisional HPA this process created and its cache does not
+            // show yet.
             Err(e) if is_conflict(&e) => {
-                Err(CommitError::Conflict(format!("{kind} {ns}/{}", op.name)))
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
                 Err(CommitError::Conflict(format!("{kind} {ns}/{}", op.name)))
             }
             Err(e) => Ok(Err(format!(
@@ -264,6 +266,32 @@ impl Writer {
                 crate::runtime::errors::brief(&e)
             ))),
         }
+    }
+
+    /// Why the provisional HPA `hpa` cannot be created, its name being taken: `None` when
+    /// the HPA of that name is this one (created by this process, not in its cache yet: a
+    /// race, retried at once), else a refusal naming the HPA that holds the name, which no
+    /// retry would change.
+    async fn name_taken(&self, ns: &str, hpa: &HorizontalPodAutoscaler) -> Option<String> {
+        let name = hpa.metadata.name.as_deref().unwrap_or_default();
+        let target = &hpa.spec.scale_target_ref;
+        let held = Api::<HorizontalPodAutoscaler>::namespaced(self.client.clone(), ns)
+            .get_opt(name)
+            .await
+            .ok()??;
+        let provisional = held
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(keys::PROVISIONAL))
+            .is_some_and(|v| v == "true");
+        let same_target = &held.spec.scale_target_ref == target;
+        (!(provisional && same_target)).then(|| {
+            format!(
+                "HorizontalPodAutoscaler {ns}/{name} exists and is not Moonin's provisional HPA for {} {}: Moonin names the HPA that carries the override of a workload without an autoscaler so; rename that HPA",
+                target.kind, target.name
+            )
+        })
     }
 
     /// Sends one JSON Patch and remembers the resourceVersion it returned. The API server

@@ -383,12 +383,15 @@ pub async fn apply_moonin(
         .await
 }
 
-/// Applies every object of a multi-document YAML file with `kubectl apply --server-side`.
+/// Applies every object of a multi-document YAML file with `kubectl apply --server-side`,
+/// taking the fields over (a plane kept from an older checkout holds other values of the
+/// cluster-wide roles, written by `kubectl apply -k config/default`).
 pub fn kubectl_apply(path: &Path, namespace: Option<&str>) {
     let mut cmd = Command::new("kubectl");
     cmd.args([
         "apply",
         "--server-side",
+        "--force-conflicts",
         "--field-manager",
         TEST_MANAGER,
         "-f",

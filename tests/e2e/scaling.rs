@@ -557,6 +557,17 @@ async fn bad_input_is_reported_and_touches_nothing() {
         .await
         .expect_err("cross-namespace target is refused");
     assert!(refused.to_string().contains("own namespace"), "{refused}");
+    // A Deployment without an autoscaler whose provisional HPA's name another HPA holds.
+    rig.deployment("taken", 1).await;
+    rig.deployment("bystander", 1).await;
+    let holder = rig.hpa("moonin-taken", "bystander", 1, 3).await;
+    rig.template(manual_template(
+        "name-taken",
+        &start,
+        "1m",
+        json!([{"name": "a", "target": {"name": "taken"}, "minReplicas": 2, "maxReplicas": 4}]),
+    ))
+    .await;
     // And a good one keeps working next to them.
     rig.template(manual_template(
         "fine",
@@ -583,6 +594,40 @@ async fn bad_input_is_reported_and_touches_nothing() {
     assert!(
         c["message"].as_str().unwrap_or_default().contains("ghost"),
         "{c}"
+    );
+    // Refused, reported and backed off from: not retried at once for good.
+    let c = rig
+        .condition("name-taken", "Ready", "False", "ApplyFailed")
+        .await;
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("moonin-taken exists and is not Moonin's provisional HPA"),
+        "{c}"
+    );
+    let hpa_writes = || {
+        rig.manager
+            .as_ref()
+            .and_then(|m| {
+                m.metric(
+                    "moonin_api_writes_total",
+                    &["controller=\"scaling\"", "kind=\"HorizontalPodAutoscaler\""],
+                )
+            })
+            .unwrap_or_default()
+    };
+    let before = hpa_writes();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let retried = hpa_writes() - before;
+    assert!(
+        retried <= 3.0,
+        "{retried} HPA writes in 5 s: the refusal is retried at once"
+    );
+    let now = rig.hpas().get("moonin-taken").await.expect("hpa");
+    assert_eq!(
+        now.spec, holder.spec,
+        "the HPA holding the name is untouched"
     );
     rig.phase("bad-cron", "Invalid").await;
     wait_for(
@@ -617,9 +662,10 @@ async fn bad_input_is_reported_and_touches_nothing() {
     assert_eq!(now.spec, other_hpa.spec);
     assert_eq!(annotations(&now.metadata), Vec::<String>::new());
     assert_eq!(rig.replicas("other").await, Some(1));
-    for name in ["bad-cron", "bad-zone", "missing", "fine"] {
+    for name in ["bad-cron", "bad-zone", "missing", "name-taken", "fine"] {
         rig.delete_template(name).await;
     }
+    assert_eq!(rig.replicas("taken").await, Some(1));
     assert_eq!(
         rig.replicas("good").await,
         Some(1),

@@ -265,11 +265,26 @@ async fn sweep_loop(shared: Arc<Shared>, shutdown: tokio_util::sync::Cancellatio
             let ops = decide::sweep(&targets);
             if !ops.is_empty() {
                 match shared.writer.sweep(&ops).await {
-                    Ok(n) => tracing::info!(writes = n, "swept overrides of deleted templates"),
-                    Err(e) => tracing::info!(error = %e, "sweep interrupted; retrying"),
+                    // A refusal is not sent again at once: it waits for the next sweep.
+                    Ok(s) if s.refused > 0 => {
+                        next = SWEEP_INTERVAL;
+                        tracing::info!(
+                            writes = s.written,
+                            refused = s.refused,
+                            "swept overrides of deleted templates; refused writes wait for the next sweep"
+                        );
+                    }
+                    Ok(s) => {
+                        tracing::info!(writes = s.written, "swept overrides of deleted templates");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::info!(error = %e, "sweep interrupted; retrying");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
                 }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
             }
         }
         tokio::select! {

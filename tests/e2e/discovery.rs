@@ -20,7 +20,7 @@ use moonin::api::discovery::{ClusterDiscovery, ImageChange, NamespaceInventory, 
 use serde_json::{Value, json};
 
 use crate::common;
-use crate::harness::{metric_sum, wait_for, wait_gone};
+use crate::harness::{Refusal, metric_sum, wait_for, wait_gone};
 use crate::require_cluster;
 use crate::scaling::Rig;
 
@@ -1259,106 +1259,6 @@ async fn failing_pods_scaled_objects_and_a_split_inventory() {
     drop(discovery);
 }
 
-/// A ValidatingAdmissionPolicy (and its binding) that refuses every NamespaceInventory write
-/// in one namespace, removed on drop.
-struct RefuseInventories {
-    name: String,
-}
-
-impl RefuseInventories {
-    async fn create(client: &Client, ns: &str) -> Self {
-        use k8s_openapi::api::admissionregistration::v1::{
-            ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-        };
-        let name = format!("e2e-refuse-inventories-{ns}");
-        let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [{
-                    "apiGroups": ["moonin.io"], "apiVersions": ["*"],
-                    "operations": ["CREATE", "UPDATE"],
-                    "resources": ["namespaceinventories"]
-                }]},
-                "validations": [{"expression": "false", "message": "e2e refuses inventories here"}]
-            }
-        }))
-        .expect("policy");
-        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {
-                "policyName": name,
-                "validationActions": ["Deny"],
-                "matchResources": {"namespaceSelector": {
-                    "matchLabels": {"kubernetes.io/metadata.name": ns}
-                }}
-            }
-        }))
-        .expect("binding");
-        Api::<ValidatingAdmissionPolicy>::all(client.clone())
-            .create(&PostParams::default(), &policy)
-            .await
-            .expect("create policy");
-        Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
-            .create(&PostParams::default(), &binding)
-            .await
-            .expect("create binding");
-        let guard = Self { name };
-        // The API server takes a moment to enforce a new policy: wait until a dry-run write
-        // of ours is refused (by the policy, not by the schema: the name must be valid).
-        let api: Api<NamespaceInventory> = Api::namespaced(client.clone(), ns);
-        let probe: NamespaceInventory = serde_json::from_value(json!({
-            "apiVersion": "moonin.io/v1alpha1",
-            "kind": "NamespaceInventory",
-            "metadata": {"name": "inventory"},
-            "spec": {"part": 0, "parts": 1}
-        }))
-        .expect("probe");
-        let dry = PostParams {
-            dry_run: true,
-            ..PostParams::default()
-        };
-        wait_for(
-            "the policy to refuse inventory writes",
-            Duration::from_secs(30),
-            || async {
-                match api.create(&dry, &probe).await {
-                    Err(kube::Error::Api(e)) if e.message.contains("e2e refuses") => Some(()),
-                    _ => None,
-                }
-            },
-        )
-        .await;
-        guard
-    }
-
-    /// Deletes the binding and the policy; true when kubectl did.
-    fn delete(&self) -> bool {
-        [
-            "validatingadmissionpolicybinding",
-            "validatingadmissionpolicy",
-        ]
-        .iter()
-        .all(|kind| {
-            std::process::Command::new("kubectl")
-                .args(["delete", kind, &self.name, "--ignore-not-found"])
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-    }
-
-    /// Lifts the refusal (nothing in the namespace changes).
-    fn lift(&self) {
-        assert!(self.delete(), "kubectl delete the policy {}", self.name);
-    }
-}
-
-impl Drop for RefuseInventories {
-    fn drop(&mut self) {
-        self.delete();
-    }
-}
-
 #[tokio::test]
 async fn a_refused_inventory_write_is_retried_without_a_change_in_the_namespace() {
     let client = require_cluster!();
@@ -1368,7 +1268,30 @@ async fn a_refused_inventory_write_is_retried_without_a_change_in_the_namespace(
         &["--controllers", "discovery"],
     )
     .await;
-    let refusal = RefuseInventories::create(&client, rig.ns()).await;
+    let inventories: Api<NamespaceInventory> = Api::namespaced(client.clone(), rig.ns());
+    let probe: NamespaceInventory = serde_json::from_value(json!({
+        "apiVersion": "moonin.io/v1alpha1",
+        "kind": "NamespaceInventory",
+        "metadata": {"name": "inventory"},
+        "spec": {"part": 0, "parts": 1}
+    }))
+    .expect("probe");
+    // A dry-run write refused by the policy, not by the schema: the name must be valid.
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let refusal = Refusal::create(
+        &client,
+        rig.ns(),
+        "moonin.io",
+        "namespaceinventories",
+        || {
+            let (inventories, probe, dry) = (inventories.clone(), probe.clone(), dry.clone());
+            async move { inventories.create(&dry, &probe).await.map(|_| ()) }
+        },
+    )
+    .await;
     let discovery = Discovery::create(&client, false).await;
     let api: Api<NamespaceInventory> = Api::namespaced(rig.client.clone(), rig.ns());
 

@@ -603,3 +603,105 @@ fn metric_sum_adds_the_samples_whose_labels_include_every_one_asked() {
     assert_eq!(metric_sum(body, "moonin_leader", &[]), Some(1.0));
     assert_eq!(metric_sum(body, "moonin_lead", &[]), None);
 }
+
+/// A ValidatingAdmissionPolicy (and its binding) that refuses every create and update of
+/// one resource in one namespace, with the message [`Refusal::MESSAGE`]; removed on drop.
+pub struct Refusal {
+    name: String,
+}
+
+impl Refusal {
+    /// What the policy answers.
+    pub const MESSAGE: &str = "e2e refuses this write";
+
+    /// Refuses writes of `resource` (of API group `group`) in `ns`, and waits until the API
+    /// server enforces it: until `probe` (a dry-run write) is refused with the message.
+    pub async fn create<F, Fut>(
+        client: &Client,
+        ns: &str,
+        group: &str,
+        resource: &str,
+        probe: F,
+    ) -> Self
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<(), kube::Error>>,
+    {
+        use k8s_openapi::api::admissionregistration::v1::{
+            ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+        };
+        let name = format!("e2e-refuse-{resource}-{ns}");
+        let policy: ValidatingAdmissionPolicy = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": [group], "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": [resource]
+                }]},
+                "validations": [{"expression": "false", "message": Self::MESSAGE}]
+            }
+        }))
+        .expect("policy");
+        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": ns}
+                }}
+            }
+        }))
+        .expect("binding");
+        Api::<ValidatingAdmissionPolicy>::all(client.clone())
+            .create(&PostParams::default(), &policy)
+            .await
+            .expect("create policy");
+        Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("create binding");
+        let guard = Self { name };
+        // The API server takes a moment to enforce a new policy.
+        wait_for(
+            &format!("the policy to refuse writes of {resource}"),
+            Duration::from_secs(30),
+            || async {
+                match probe().await {
+                    Err(kube::Error::Api(e)) if e.message.contains(Self::MESSAGE) => Some(()),
+                    _ => None,
+                }
+            },
+        )
+        .await;
+        guard
+    }
+
+    /// Deletes the binding and the policy; true when kubectl did.
+    fn delete(&self) -> bool {
+        [
+            "validatingadmissionpolicybinding",
+            "validatingadmissionpolicy",
+        ]
+        .iter()
+        .all(|kind| {
+            Command::new("kubectl")
+                .args(["delete", kind, &self.name, "--ignore-not-found"])
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+    }
+
+    /// Lifts the refusal (nothing in the namespace changes).
+    pub fn lift(&self) {
+        assert!(self.delete(), "kubectl delete the policy {}", self.name);
+    }
+}
+
+impl Drop for Refusal {
+    fn drop(&mut self) {
+        self.delete();
+    }
+}

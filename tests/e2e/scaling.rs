@@ -14,7 +14,8 @@ use moonin::api::scaling::{ClusterScalingTemplate, ScalingTemplate, keys};
 use serde_json::{Value, json};
 
 use crate::harness::{
-    self, Manager, TestNamespace, install_crds, manual_template, wait_for, wait_gone, wait_showing,
+    self, Manager, Refusal, TestNamespace, install_crds, manual_template, wait_for, wait_gone,
+    wait_showing,
 };
 use crate::require_cluster;
 
@@ -1501,23 +1502,21 @@ async fn keda_scaled_object_is_overridden_and_restored_and_its_hpa_never_touched
     rig.delete_template("drain").await;
 }
 
-#[tokio::test]
-async fn overrides_of_a_template_deleted_while_moonin_was_down_are_swept_at_startup() {
-    let client = require_cluster!();
-    let mut rig = Rig::new(client, "stpl-sweep").await;
-    rig.deployment("left", 1).await;
-    let before = rig.hpa("left", "left", 1, 3).await;
+/// Deployment `name` (1 replica) and its HPA (1..3), overridden (2..5) by template `gone`,
+/// which is deleted while Moonin is down (someone strips its finalizer). Moonin stays down;
+/// the HPA as it was before the window is returned.
+async fn left_by_a_deleted_template(rig: &mut Rig, name: &str) -> HorizontalPodAutoscaler {
+    rig.deployment(name, 1).await;
+    let before = rig.hpa(name, name, 1, 3).await;
     rig.template(manual_template(
         "gone",
         &in_secs(2),
         "10m",
-        json!([{"name": "left", "target": {"name": "left"}, "minReplicas": 2, "maxReplicas": 5}]),
+        json!([{"name": name, "target": {"name": name}, "minReplicas": 2, "maxReplicas": 5}]),
     ))
     .await;
-    hpa_is(&rig, "left", 2, 5, true).await;
-    replicas_are(&rig, "left", 2).await;
-
-    // Moonin is down; someone strips the finalizer and deletes the template.
+    hpa_is(rig, name, 2, 5, true).await;
+    replicas_are(rig, name, 2).await;
     rig.kill();
     rig.templates()
         .patch(
@@ -1532,6 +1531,14 @@ async fn overrides_of_a_template_deleted_while_moonin_was_down_are_swept_at_star
         .delete("gone", &DeleteParams::default())
         .await;
     wait_gone(&rig.templates(), "gone", Duration::from_secs(20)).await;
+    before
+}
+
+#[tokio::test]
+async fn overrides_of_a_template_deleted_while_moonin_was_down_are_swept_at_startup() {
+    let client = require_cluster!();
+    let mut rig = Rig::new(client, "stpl-sweep").await;
+    let before = left_by_a_deleted_template(&mut rig, "left").await;
     assert_eq!(
         rig.hpas().get("left").await.expect("hpa").spec.min_replicas,
         Some(2),
@@ -1555,6 +1562,59 @@ async fn overrides_of_a_template_deleted_while_moonin_was_down_are_swept_at_star
         notes.iter().any(|n| n.contains("no longer exists")),
         "{notes:?}"
     );
+}
+
+#[tokio::test]
+async fn a_refused_sweep_write_waits_for_the_next_sweep_and_holds_its_targets_other_writes() {
+    let client = require_cluster!();
+    let mut rig = Rig::new(client.clone(), "stpl-sweep-refused").await;
+    left_by_a_deleted_template(&mut rig, "held").await;
+    // And an admission policy refuses HPA writes.
+    let hpas = rig.hpas();
+    let dry = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let _refusal = Refusal::create(
+        &client,
+        rig.ns(),
+        "autoscaling",
+        "horizontalpodautoscalers",
+        || {
+            let (hpas, dry) = (hpas.clone(), dry.clone());
+            async move {
+                let probe = json!({"metadata": {"annotations": {"e2e-probe": "x"}}});
+                hpas.patch("held", &dry, &Patch::Merge(probe))
+                    .await
+                    .map(|_| ())
+            }
+        },
+    )
+    .await;
+
+    rig.start().await;
+    let refused = |rig: &Rig| {
+        rig.manager
+            .as_ref()
+            .map(|m| m.log_text().matches("sweep write refused").count())
+            .unwrap_or_default()
+    };
+    wait_for(
+        "the sweep's refused HPA restore in the log",
+        Duration::from_secs(30),
+        || async { (refused(&rig) > 0).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        refused(&rig) <= 2,
+        "sent again at once: {} refusals logged",
+        refused(&rig)
+    );
+    // The Deployment's restore waits behind its HPA's: nothing else of the target moved.
+    assert_eq!(rig.replicas("held").await, Some(2));
+    let hpa = rig.hpas().get("held").await.expect("hpa");
+    assert_eq!(hpa.spec.min_replicas, Some(2), "the refused restore");
 }
 
 #[tokio::test]

@@ -358,13 +358,15 @@ pub(super) fn deployment_op(
 }
 
 /// Reverts overrides whose owner template no longer exists (the startup sweep, and any
-/// object found later whose owner is gone).
-pub fn sweep(targets: &BTreeMap<TargetKey, Target>) -> Vec<Op> {
+/// object found later whose owner is gone): the ops of each target, in order (a refused op
+/// stops those after it: the next may delete the only record of what the first restores).
+pub fn sweep(targets: &BTreeMap<TargetKey, Target>) -> Vec<Vec<Op>> {
     let orphan = |m: &Marks| m.owner.is_some() && !m.owner_live;
     // The template is gone: there is no status to record anything in.
     targets
         .iter()
-        .flat_map(|(key, target)| revert_target(key, target, &orphan, &|_| true).0)
+        .map(|(key, target)| revert_target(key, target, &orphan, &|_| true).0)
+        .filter(|ops| !ops.is_empty())
         .collect()
 }
 

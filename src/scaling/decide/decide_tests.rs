@@ -2428,6 +2428,57 @@ fn deletion_reverts_then_releases_the_finalizer() {
     assert_eq!(done.finalizer, Finalizer::Remove);
 }
 
+/// A deleted template whose autoscaler carries restore data Moonin cannot read keeps its
+/// finalizer (and says why): releasing it would leave the override with no one to report it.
+#[test]
+fn deletion_keeps_the_finalizer_while_restore_data_is_unreadable() {
+    let mut tv = template(vec![checkout()]);
+    tv.deleting = true;
+    tv.status = applied_status();
+    let mut carrier = hpa("checkout", Some(10), Some(30));
+    carrier.marks = ours("checkout");
+    carrier.marks.unreadable = Some("annotation moonin.io/original is not readable".into());
+    let target = tgt(Some(deployment("checkout", 12)), vec![carrier]);
+    let plan = decide_through_restore(&snap(tv, vec![("checkout", target)]), now());
+    assert_eq!(writes(&plan.ops), vec![]);
+    assert_eq!(plan.finalizer, Finalizer::Keep);
+    assert_cond(&plan.status, "Ready", false, "Blocked", "cannot restore");
+}
+
+/// A Deployment whose recorded replicas Moonin cannot read keeps them (and its marks) at
+/// the close, and the template says so; its HPA is restored all the same.
+#[test]
+fn an_unreadable_deployment_record_is_held_and_reported() {
+    let mut tv = template(vec![checkout()]);
+    tv.status = applied_status();
+    let mut target = applied_target(&checkout());
+    if let Some(d) = target.deployment.as_mut() {
+        d.original_replicas = None;
+        d.marks.unreadable = Some("annotation moonin.io/original-replicas is not readable".into());
+    }
+    let plan = decide(&snap(tv, vec![("checkout", target)]), after_window());
+    let written: Vec<String> = writes(&plan.ops).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(written, ["shop/checkout"], "the HPA's restore alone");
+    assert!(
+        plan.ops.iter().all(|o| !matches!(
+            o.write,
+            Write::Patch {
+                kind: ObjectKind::Deployment,
+                ..
+            }
+        )),
+        "{:#?}",
+        writes(&plan.ops)
+    );
+    assert_cond(
+        &plan.status,
+        "Ready",
+        false,
+        "Blocked",
+        "cannot restore Deployment",
+    );
+}
+
 #[test]
 fn new_template_gets_the_finalizer() {
     let mut tv = template(vec![checkout()]);
@@ -3481,6 +3532,12 @@ fn scaled_back(manager: &str, after: i64) -> (Snapshot, Timestamp) {
         original_replicas: Some(3),
         ..Outcome::new("checkout", &key("checkout"), "Reverted", "restored").status
     }];
+    t.status.executions = vec![Execution {
+        trigger: "Schedule".into(),
+        start: Time(ts("2026-11-30T16:00:00Z")),
+        end: Some(Time(ts("2026-11-30T18:00:00Z"))),
+        result: "Reverted".into(),
+    }];
     let mut dep = deployment("checkout", 10);
     dep.replicas_set_by = Some((
         manager.to_string(),
@@ -3540,6 +3597,20 @@ fn other_scales_after_a_restore_are_left_alone() {
         "two minutes after the restore",
     );
     no_write(&scaled_back(HPA_CONTROLLER, -1).0, "before the restore");
+    // The bounds written again the next day (a GitOps sync), the HPA controller scaling to
+    // the override's minimum for load soon after: not a scale-back of the restore.
+    let (mut s, restored) = scaled_back(HPA_CONTROLLER, 3);
+    let next_day = restored + SignedDuration::from_hours(24);
+    let t = s.targets.get_mut(&key("checkout")).expect("target");
+    t.autoscalers[0].bounds_written = Some(next_day);
+    t.deployment.as_mut().expect("deployment").replicas_set_by = Some((
+        HPA_CONTROLLER.into(),
+        next_day + SignedDuration::from_secs(3),
+    ));
+    no_write(&s, "a later write of the bounds");
+    let (mut s, _) = scaled_back(HPA_CONTROLLER, 3);
+    s.template.status.executions.clear();
+    no_write(&s, "no window closed");
     let (mut s, _) = scaled_back(HPA_CONTROLLER, 3);
     let t = s.targets.get_mut(&key("checkout")).expect("target");
     t.deployment.as_mut().expect("deployment").replicas = Some(7);

@@ -206,8 +206,15 @@ pub fn decide(snap: &Snapshot, now: Timestamp) -> Plan {
     // A template deleted right after a restore keeps its record (and its finalizer) while
     // the HPA controller might still scale a restored Deployment back.
     let settling = t.deleting.then(|| restore::settling(snap, now)).flatten();
+    // Nor is it released while restore data it cannot read is left: its status is the only
+    // place that reports it.
     let finalizer = match (t.deleting, t.has_finalizer) {
-        (true, true) if ops.is_empty() && restores.waiting.is_empty() && settling.is_none() => {
+        (true, true)
+            if ops.is_empty()
+                && restores.waiting.is_empty()
+                && settling.is_none()
+                && status::unreadable_restore_data(snap).is_none() =>
+        {
             Finalizer::Remove
         }
         (_, true) | (true, false) => Finalizer::Keep,

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 
 use super::outcome::is_ours;
 use super::patch::{precondition, remove_annotations, set_field, show};
@@ -258,8 +258,9 @@ fn restore_deployment(
 ) -> Option<Op> {
     let d = target.deployment.as_ref()?;
     let annotated = owned(&d.marks);
-    // Its own record stays on it until the autoscaler has acted on the restored bounds.
-    if annotated && waits {
+    // Its own record stays on it until the autoscaler has acted on the restored bounds, and
+    // for good while it cannot be read (decide reports it).
+    if annotated && (waits || d.marks.unreadable.is_some()) {
         return None;
     }
     // The Deployment is restored from its own record; if a crash came between the
@@ -504,8 +505,10 @@ pub const HPA_CONTROLLER: &str = "kube-controller-manager";
 
 /// The Deployment of an idle action restored again, if the HPA controller scaled it back
 /// after its restore: it carries no marks, the HPA controller set its replicas to the
-/// override's minimum within [`OBSERVATION_LIMIT`] of the last write of the bounds (the
-/// restore), and `recorded` (what the restore put back, from the status) differs. An HPA
+/// override's minimum within [`OBSERVATION_LIMIT`] of the last write of the bounds, that
+/// write is the restore (it came within [`OBSERVATION_LIMIT`] of the last window's close:
+/// a later write of the bounds, a GitOps sync the next day, leaves the Deployment to its
+/// HPA), and `recorded` (what the restore put back, from the status) differs. An HPA
 /// controller acting on the restored bounds would not do that, save with metrics asking for
 /// exactly that minimum; such a scale is undone for those two minutes at most.
 pub(super) fn undo_scale_back(
@@ -519,6 +522,18 @@ pub(super) fn undo_scale_back(
     let carrier = target.carrier()?;
     let (manager, scaled) = d.replicas_set_by.as_ref()?;
     let written = carrier.bounds_written?;
+    let closed = snap
+        .template
+        .status
+        .executions
+        .iter()
+        .filter_map(|e| e.end.as_ref().map(|t| t.0))
+        .max()?;
+    // `managedFields` keeps whole seconds.
+    let since_close = written.duration_since(closed) + SignedDuration::from_secs(1);
+    if since_close.is_negative() || since_close > OBSERVATION_LIMIT {
+        return None;
+    }
     let recent = scaled >= &written && scaled.duration_since(written) < OBSERVATION_LIMIT;
     let scaled_back = manager == HPA_CONTROLLER && d.replicas() == a.min_replicas;
     if !(recent && scaled_back) || d.marks.owner.is_some() || carrier.marks.owner.is_some() {

@@ -137,17 +137,23 @@ fn ready(
 }
 
 /// Restore data Moonin cannot read is never dropped: it is reported instead.
-fn unreadable_restore_data(snap: &Snapshot) -> Option<String> {
+pub(super) fn unreadable_restore_data(snap: &Snapshot) -> Option<String> {
     let uid = &snap.template.uid;
     snap.targets.iter().find_map(|(key, target)| {
-        target.autoscalers.iter().find_map(|a| {
-            let why = a.marks.unreadable.as_ref()?;
-            is_ours(&a.marks, uid).then(|| {
+        let deployment = target
+            .deployment
+            .as_ref()
+            .map(|d| ("Deployment", &d.name, &d.marks));
+        let autoscalers = target
+            .autoscalers
+            .iter()
+            .map(|a| (a.kind.as_str(), &a.name, &a.marks));
+        deployment.into_iter().chain(autoscalers).find_map(|(kind, name, marks)| {
+            let why = marks.unreadable.as_ref()?;
+            is_ours(marks, uid).then(|| {
                 format!(
-                    "cannot restore {} {}/{}: {why}; fix or remove its moonin.io annotations by hand",
-                    a.kind.as_str(),
-                    key.namespace,
-                    a.name
+                    "cannot restore {kind} {}/{name}: {why}; fix or remove its moonin.io annotations by hand",
+                    key.namespace
                 )
             })
         })

@@ -25,6 +25,8 @@ const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     shortname = "senv",
     category = "moonin",
     cel,
+    // On every write, status included (a root rule sees the whole object): an Env stored
+    // before this rule with too long a name never ran a Pod, and is recreated renamed.
     validation = Rule::new("self.spec.clusters.all(c, c.members.all(m, size(self.metadata.name) + size(m.name) <= 62))").message("the Env's name and each member's name, joined by '-', must fit in 63 characters: the joined name labels the member's Pods"),
     printcolumn(
         name = "Local Pools",

@@ -19,7 +19,7 @@ use super::{
     rebuild::{RebuildState, Refusals, Serving, Streak, rebuild},
     signals, stores,
 };
-use crate::api::discovery::{ClusterDiscovery, NamespaceInventory, WorkloadRevision};
+use crate::api::discovery::{ClusterDiscovery, WorkloadRevision};
 use crate::runtime::{
     cache,
     context::{Context, Readiness, Registered},
@@ -74,15 +74,11 @@ pub async fn run(ctx: Context, readiness: Readiness) -> anyhow::Result<()> {
     ctx.metrics.facts.add(Box::new(move || {
         facts.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }));
-    // Discovery's own kinds that do not decode get `InvalidSpec`.
-    let reporters: [BoxFuture<'static, ()>; 3] = [
+    // Discovery's own kinds that do not decode get `InvalidSpec`; not NamespaceInventory,
+    // which has no status subresource (a report would move its generation, and be stale at
+    // once) and is discovery's alone: it is rewritten when discovery next writes it.
+    let reporters: [BoxFuture<'static, ()>; 2] = [
         Box::pin(invalid::report::<ClusterDiscovery>(
-            client.clone(),
-            ctx.leadership.clone(),
-            shared.events.clone(),
-            ctx.shutdown.clone(),
-        )),
-        Box::pin(invalid::report::<NamespaceInventory>(
             client.clone(),
             ctx.leadership.clone(),
             shared.events.clone(),

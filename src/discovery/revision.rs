@@ -457,11 +457,14 @@ pub fn new_view(name: &str, spec: &WorkloadRevisionSpec) -> RevView {
 
 /// Projects a WorkloadRevision.
 pub fn rev_view(r: &WorkloadRevision) -> RevView {
+    // Who wrote the object itself: discovery's report of a foreign record writes only its
+    // status, and must not make it look like one of discovery's own.
     let managers: Vec<&str> = r
         .metadata
         .managed_fields
         .iter()
         .flatten()
+        .filter(|m| m.subresource.as_deref() != Some("status"))
         .filter_map(|m| m.manager.as_deref())
         .collect();
     RevView {

@@ -549,3 +549,36 @@ proptest! {
         prop_assert!(is_valid(&n), "{n}");
     }
 }
+
+/// A revision someone else created stays foreign once discovery has reported it: the report
+/// writes its status only, and a status writer is not who recorded it.
+#[test]
+fn a_reported_foreign_revision_stays_foreign() {
+    let revision = |fields: serde_json::Value| -> WorkloadRevision {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "moonin.io/v1alpha1",
+            "kind": "WorkloadRevision",
+            "metadata": {"name": "checkout-7", "namespace": "shop", "managedFields": fields},
+            "spec": {
+                "workload": {"kind": "Deployment", "name": "checkout"},
+                "revision": 7,
+                "observedAt": "2026-11-30T12:00:00Z",
+                "summary": "copied"
+            }
+        }))
+        .unwrap()
+    };
+    let reported = revision(serde_json::json!([
+        {"manager": "argocd-controller", "operation": "Apply"},
+        {"manager": "moonin-discovery", "operation": "Apply", "subresource": "status"},
+    ]));
+    assert_eq!(
+        rev_view(&reported).foreign.as_deref(),
+        Some("argocd-controller")
+    );
+    let recorded = revision(serde_json::json!([
+        {"manager": "moonin-discovery", "operation": "Update"},
+        {"manager": "moonin-discovery", "operation": "Apply", "subresource": "status"},
+    ]));
+    assert_eq!(rev_view(&recorded).foreign, None);
+}

@@ -233,7 +233,6 @@ pub async fn report<K>(
 {
     let kind = K::kind(&()).to_string();
     let resource = ApiResource::erase::<K>(&());
-    let subresource = status_subresource::<K>();
     // What this process wrote, per `(namespace, name)`, until the watch shows it.
     let mut written: HashMap<(String, String), Stamp> = HashMap::new();
     let mut acquisitions = Box::pin(leadership.acquisitions());
@@ -257,8 +256,7 @@ pub async fn report<K>(
                 let Some(body) = report_patch(&object, Timestamp::now()) else {
                     continue;
                 };
-                if write_report::<K>(&client, &resource, subresource, &events, &object, &body).await
-                {
+                if write_report::<K>(&client, &resource, &events, &object, &body).await {
                     written.insert(id, stamp);
                 }
             }
@@ -272,17 +270,6 @@ pub async fn report<K>(
     }
 }
 
-/// Whether `K` has a status subresource. A kind without one (NamespaceInventory) keeps its
-/// status in the object itself, and its report is written there.
-/// (As served: the CRDs of [`crate::api::all_crds`].)
-fn status_subresource<K: Resource<DynamicType = ()>>() -> bool {
-    crate::api::all_crds()
-        .iter()
-        .filter(|c| c.spec.names.kind == K::kind(&()))
-        .flat_map(|c| &c.spec.versions)
-        .any(|v| v.subresources.as_ref().is_some_and(|s| s.status.is_some()))
-}
-
 fn id_of(object: &Undecodable) -> (String, String) {
     (
         object.metadata.namespace.clone().unwrap_or_default(),
@@ -294,7 +281,6 @@ fn id_of(object: &Undecodable) -> (String, String) {
 async fn write_report<K>(
     client: &Client,
     resource: &ApiResource,
-    subresource: bool,
     events: &Publisher,
     object: &Undecodable,
     body: &Value,
@@ -313,12 +299,7 @@ where
         field_manager: Some(field_manager::MANAGER.to_string()),
         ..PatchParams::default()
     };
-    let written = if subresource {
-        api.patch_status(&name, &pp, &Patch::Merge(body)).await
-    } else {
-        api.patch(&name, &pp, &Patch::Merge(body)).await
-    };
-    match written {
+    match api.patch_status(&name, &pp, &Patch::Merge(body)).await {
         Ok(_) => {}
         // Deleted meanwhile: nothing to report.
         Err(kube::Error::Api(s)) if s.code == 404 => return true,
@@ -354,16 +335,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_report_goes_where_the_kinds_status_lives() {
-        use crate::api::{discovery::NamespaceInventory, sandbox::SandboxClaim};
-        assert!(status_subresource::<SandboxClaim>());
-        assert!(
-            !status_subresource::<NamespaceInventory>(),
-            "its status is written with the object"
-        );
-    }
     use crate::api::sandbox::SandboxClaim;
     use crate::runtime::decode::decode;
 

@@ -217,6 +217,7 @@ impl Writer {
                 if matches!(&created, Err(kube::Error::Api(s)) if s.reason == "AlreadyExists")
                     && let Some(why) = self.name_taken(ns, &hpa).await
                 {
+                    self.metrics.wrote(CONTROLLER, "HorizontalPodAutoscaler");
                     return Ok(Err(why));
                 }
                 ("HorizontalPodAutoscaler", created)

@@ -267,7 +267,6 @@ async fn sweep_loop(shared: Arc<Shared>, shutdown: tokio_util::sync::Cancellatio
                 match shared.writer.sweep(&ops).await {
                     // A refusal is not sent again at once: it waits for the next sweep.
                     Ok(s) if s.refused > 0 => {
-                        next = SWEEP_INTERVAL;
                         tracing::info!(
                             writes = s.written,
                             refused = s.refused,

@@ -16,7 +16,6 @@ use kube::{
     core::object::HasStatus,
 };
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, SemaphorePermit, watch};
 
 use super::decide::{self, EventNote, Finalizer, ObjectKind, Op, Plan, Write};
 use super::load::Template;
@@ -29,6 +28,12 @@ use crate::runtime::{
     errors::is_conflict,
     events::Publisher,
 };
+
+mod permits;
+mod sweep;
+
+pub use permits::{MAX_IN_FLIGHT, Permits};
+pub use sweep::Swept;
 
 /// The controller's name in metrics and logs.
 pub const CONTROLLER: &str = "scaling";
@@ -83,88 +88,6 @@ struct Written {
     counted: BTreeMap<String, String>,
     /// When the soonest refused action may be retried.
     retry_in: Option<std::time::Duration>,
-}
-
-/// Requests one manager's scaling controller has in flight at most.
-pub const MAX_IN_FLIGHT: usize = 32;
-
-/// The scaling controller's requests in flight: at most [`MAX_IN_FLIGHT`], in two classes.
-/// A write of a workload or an autoscaler takes a slot in arrival order; a report (a
-/// template's status, an Event) takes one only when no write is pending, neither waiting
-/// for a slot nor in flight. At an edge the statuses and Events then go once the windows'
-/// writes are answered instead of among the last of them, whose latency is the edge's;
-/// the statuses and warnings of templates with nothing to write (a target that does not
-/// exist) go after the other windows' writes too.
-pub struct Permits {
-    slots: Semaphore,
-    writes_pending: watch::Sender<usize>,
-}
-
-/// One write pending: counted from when it asks for a slot until it has none (its
-/// request answered, or the write given up).
-struct Pending<'a>(&'a watch::Sender<usize>);
-
-impl<'a> Pending<'a> {
-    fn new(count: &'a watch::Sender<usize>) -> Self {
-        count.send_if_modified(|n| {
-            *n += 1;
-            false
-        });
-        Self(count)
-    }
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        // Reports wait for zero only: the last pending write wakes them, no other count does.
-        self.0.send_if_modified(|n| {
-            *n -= 1;
-            *n == 0
-        });
-    }
-}
-
-/// A write's slot, held for as long as its request is in flight.
-pub struct WriteSlot<'a> {
-    // Dropped in this order: the slot is free before the write stops counting as pending,
-    // so a report woken by the count finds it.
-    _slot: SemaphorePermit<'a>,
-    _pending: Pending<'a>,
-}
-
-impl Permits {
-    /// `n` slots.
-    pub fn new(n: usize) -> Self {
-        Self {
-            slots: Semaphore::new(n),
-            writes_pending: watch::Sender::new(0),
-        }
-    }
-
-    /// A slot for a write, in arrival order.
-    pub async fn write(&self) -> Option<WriteSlot<'_>> {
-        let pending = Pending::new(&self.writes_pending);
-        let slot = self.slots.acquire().await.ok()?;
-        Some(WriteSlot {
-            _slot: slot,
-            _pending: pending,
-        })
-    }
-
-    /// A slot for a report, once no write is pending. A slot that comes to a report while
-    /// a write has started waiting is passed on at once (the semaphore serves in arrival
-    /// order, and the write may have queued behind this report).
-    pub async fn report(&self) -> Option<SemaphorePermit<'_>> {
-        let mut pending = self.writes_pending.subscribe();
-        loop {
-            // The sender lives as long as `self`: this returns once no write is pending.
-            let _ = pending.wait_for(|n| *n == 0).await;
-            let slot = self.slots.acquire().await.ok()?;
-            if *pending.borrow() == 0 {
-                return Some(slot);
-            }
-        }
-    }
 }
 
 impl Writer {
@@ -592,68 +515,8 @@ impl Writer {
             Err(e) => Err(CommitError::Template(e)),
         }
     }
-
-    /// Performs sweep ops (owner template gone), target by target; Events go to the object
-    /// written. A refused op stops its target's ops until the next sweep: the next may
-    /// delete the only record of what the refused one restores.
-    pub async fn sweep(&self, targets: &[Vec<Op>]) -> Result<Swept, CommitError> {
-        let mut swept = Swept::default();
-        for ops in targets {
-            for op in ops {
-                match self.write(op).await? {
-                    Ok(()) => {
-                        swept.written += 1;
-                        if let Some(note) = &op.event {
-                            self.publish_swept(op, note).await;
-                        }
-                    }
-                    Err(msg) => {
-                        tracing::warn!(object = %op.name, error = %msg, "sweep write refused");
-                        swept.refused += 1;
-                        break;
-                    }
-                }
-            }
-        }
-        Ok(swept)
-    }
-
-    /// The Event of a swept write, on the object written.
-    async fn publish_swept(&self, op: &Op, note: &EventNote) {
-        let (api_version, kind) = match &op.write {
-            Write::Patch {
-                kind: ObjectKind::Deployment,
-                ..
-            } => ("apps/v1", "Deployment"),
-            Write::Patch {
-                kind: ObjectKind::ScaledObject,
-                ..
-            } => ("keda.sh/v1alpha1", "ScaledObject"),
-            _ => ("autoscaling/v2", "HorizontalPodAutoscaler"),
-        };
-        let regarding = k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some(api_version.to_string()),
-            kind: Some(kind.to_string()),
-            namespace: Some(op.namespace.clone()),
-            name: Some(op.name.clone()),
-            ..Default::default()
-        };
-        let mut note = note.clone();
-        note.note = format!("{} (its template no longer exists)", note.note);
-        self.publish(&note, &regarding).await;
-    }
 }
 
-/// What one sweep did: writes made, and targets stopped by a refusal.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Swept {
-    /// Writes the API server accepted.
-    pub written: usize,
-    /// Targets whose ops stopped at a refused write.
-    pub refused: usize,
-}
-
-/// Patches one namespaced object and returns its metadata, the only part of the answer read.
 /// The ops to send now: those not waiting out a refusal (`held`: by action and whether
 /// the refused write restored). An action's restores and its other writes wait apart.
 fn sendable(ops: &[Op], held: &BTreeSet<(String, bool)>) -> Vec<Op> {
@@ -666,6 +529,7 @@ fn sendable(ops: &[Op], held: &BTreeSet<(String, bool)>) -> Vec<Op> {
 /// Refused writes by action: whether the refused write was a restore, and the message.
 type Refusals = BTreeMap<String, (bool, String)>;
 
+/// Patches one namespaced object and returns its metadata, the only part of the answer read.
 async fn patch_meta<K>(
     client: Client,
     ns: &str,
@@ -776,58 +640,6 @@ mod tests {
         let held = BTreeSet::from([("checkout".to_string(), true)]);
         let sent: Vec<String> = sendable(&ops, &held).into_iter().map(|o| o.name).collect();
         assert_eq!(sent, ["moonin-checkout", "web"]);
-    }
-
-    #[tokio::test]
-    async fn a_write_takes_a_freed_slot_before_a_report_that_asked_earlier() {
-        let permits = std::sync::Arc::new(Permits::new(1));
-        let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        // The only slot is a report's: no write is pending.
-        let held = permits.report().await;
-        let take = |report: bool| {
-            let (permits, order) = (permits.clone(), order.clone());
-            tokio::spawn(async move {
-                if report {
-                    let _slot = permits.report().await;
-                    order.lock().expect("order").push("report");
-                } else {
-                    let _slot = permits.write().await;
-                    order.lock().expect("order").push("write");
-                }
-            })
-        };
-        let report = take(true);
-        // The report passes the gate (no write is pending) and queues for the held slot.
-        tokio::task::yield_now().await;
-        let write = take(false);
-        tokio::task::yield_now().await;
-        drop(held);
-        let (r, w) = tokio::join!(report, write);
-        r.expect("report");
-        w.expect("write");
-        assert_eq!(*order.lock().expect("order"), vec!["write", "report"]);
-    }
-
-    #[tokio::test]
-    async fn a_report_waits_for_the_writes_in_flight_though_a_slot_is_free() {
-        let permits = Permits::new(2);
-        let write = permits.write().await;
-        let early = tokio::time::timeout(std::time::Duration::from_millis(50), permits.report());
-        assert!(
-            early.await.is_err(),
-            "a report went beside a write in flight"
-        );
-        drop(write);
-        let report = tokio::time::timeout(std::time::Duration::from_secs(5), permits.report());
-        assert!(report.await.expect("a free slot").is_some());
-    }
-
-    #[tokio::test]
-    async fn a_report_takes_a_slot_at_once_when_no_write_is_pending() {
-        let permits = Permits::new(1);
-        drop(permits.write().await);
-        let report = tokio::time::timeout(std::time::Duration::from_secs(5), permits.report());
-        assert!(report.await.expect("a free slot").is_some());
     }
 
     fn note(warning: bool, reason: &'static str, text: &str) -> EventNote {

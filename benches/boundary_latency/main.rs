@@ -33,6 +33,10 @@
 //! (give it the time: `MOONIN_BENCH_SETUP_SECS`); the report says how many carry their
 //! reason once the open edge settled (a missing target is reported when its window opens).
 //!
+//! `MOONIN_BENCH_PPROF=DIR` also records the API server's CPU profile (four one-second
+//! profiles back to back) from the start of each spec-write floor and from each edge
+//! instant, to compare them with `go tool pprof -top -cum DIR/NN-edge-open-*.pb`.
+//!
 //! Without `--bench` (how `cargo test --all-targets` runs it) it only says how to run it.
 
 mod measure;

@@ -279,6 +279,7 @@ async fn until_seen(
 async fn spec_floors(t: &Targets, names: &[String]) -> Option<(Floor, Floor)> {
     forget_edges(t);
     let start = WorkMark::start().await;
+    crate::server::profile("spec-open");
     let began = Timestamp::now();
     let open = spec_floor(t, names, true).await;
     let open_seen = until_seen(t, names, |s| both_latencies(s, names, began, |e| e.open)).await;
@@ -287,6 +288,7 @@ async fn spec_floors(t: &Targets, names: &[String]) -> Option<(Floor, Floor)> {
     settle(t, names, crate::ACTION_MIN).await;
     wait_for_quiet(IDLE_SERVER_WAIT, None).await;
     let start = WorkMark::start().await;
+    crate::server::profile("spec-close");
     let began = Timestamp::now();
     let close = spec_floor(t, names, false).await;
     let close_seen = until_seen(t, names, |s| both_latencies(s, names, began, |e| e.close)).await;

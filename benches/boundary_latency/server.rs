@@ -254,3 +254,25 @@ pub const SERVER_ROWS: [(&str, &str); 9] = [
     ("POST", "pods"),
     ("PATCH", "pods/status"),
 ];
+
+/// With `MOONIN_BENCH_PPROF=DIR`, the API server's CPU profile from now on, as four
+/// back-to-back one-second profiles (`DIR/NN-label-K.pb`, read with `go tool pprof`), so
+/// that an interval can be compared with another kind by kind of work. Off by default.
+pub fn profile(label: &str) {
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let Ok(dir) = std::env::var("MOONIN_BENCH_PPROF") else {
+        return;
+    };
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let label = format!("{dir}/{n:02}-{label}");
+    tokio::task::spawn_blocking(move || {
+        for k in 0..4 {
+            let out = std::process::Command::new("kubectl")
+                .args(["get", "--raw", "/debug/pprof/profile?seconds=1"])
+                .output();
+            if let Ok(o) = out {
+                let _ = std::fs::write(format!("{label}-{k}.pb"), o.stdout);
+            }
+        }
+    });
+}

@@ -229,8 +229,10 @@ impl Edge<'_> {
         let deadline = Instant::now() + Duration::from_secs(secs);
         // The API server's CPU at the edge instant, read by a task of its own so that the
         // boundary's first scrape is not held back.
+        let label = format!("edge-{what}");
         let at_edge = tokio::spawn(async move {
             sleep_until(at).await;
+            crate::server::profile(&label);
             server_cpu()
         });
         let (mut b, done_at) = boundary(self.addr, self.seen, before, deadline, done).await;

@@ -35,6 +35,10 @@ mod sweep;
 pub use permits::{MAX_IN_FLIGHT, Permits};
 pub use sweep::Swept;
 
+/// How long a template restoring its autoscalers holds back every report at most: until
+/// its next plan, due within [`decide::WAITING_RECHECK`], writes its Deployments.
+const HELD_AT_MOST: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The controller's name in metrics and logs.
 pub const CONTROLLER: &str = "scaling";
 
@@ -324,21 +328,31 @@ impl Writer {
             self.add_finalizer(&api, tpl).await?;
         }
         let written = self.write_with_backoff(tpl, &plan.ops).await?;
-        let mut status = plan.status.clone();
-        decide::record_failures(&mut status, &written.failures, now);
-        let deferred = plan.defer_status && written.failures.is_empty();
-        if !deferred && tpl.status() != Some(&status) {
-            self.write_status(&api, tpl, &status).await?;
-        }
-        // Events last, after every write they report on succeeded; one Event per reason
-        // (its note lists the actions), so a boundary does not double the API traffic.
-        let mut all: Vec<EventNote> = written.notes;
+        let id = crate::runtime::reference(tpl);
+        // What an earlier plan of this edge wrote and held back is reported with this one.
+        let mut all: Vec<EventNote> = self.in_flight.release(&id);
+        all.extend(written.notes);
         all.extend(plan.events.iter().cloned());
         all.extend(written.counted.iter().map(|(action, msg)| EventNote {
             warning: true,
             reason: crate::api::scaling::reasons::APPLY_FAILED,
             note: format!("{action}: {msg}"),
         }));
+        let mut status = plan.status.clone();
+        decide::record_failures(&mut status, &written.failures, now);
+        if plan.defer_status && written.failures.is_empty() {
+            // Its Deployments are written next, as soon as their autoscalers' controller
+            // acts: the status and the Events wait for those writes, and every other report
+            // waits with them instead of going between this edge's writes.
+            let until = tokio::time::Instant::now() + HELD_AT_MOST;
+            self.in_flight.hold(id, until, all);
+            return Ok(written.retry_in);
+        }
+        if tpl.status() != Some(&status) {
+            self.write_status(&api, tpl, &status).await?;
+        }
+        // Events last, after every write they report on succeeded; one Event per reason
+        // (its note lists the actions), so a boundary does not double the API traffic.
         let regarding = tpl.object_ref(&());
         futures::future::join_all(
             coalesce(all)

@@ -1,43 +1,78 @@
 //! The scaling controller's requests in flight, and which of them go first: a window's
 //! writes before the statuses and Events that report them.
 
+use std::collections::BTreeMap;
+
 use tokio::sync::{Semaphore, SemaphorePermit, watch};
+use tokio::time::Instant;
+
+use crate::scaling::decide::EventNote;
 
 /// Requests one manager's scaling controller has in flight at most.
 pub const MAX_IN_FLIGHT: usize = 32;
 
+/// How long after its hold lapsed a template's held Events are dropped.
+const FORGOTTEN_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The scaling controller's requests in flight: at most [`MAX_IN_FLIGHT`], in two classes.
 /// A write of a workload or an autoscaler takes a slot in arrival order; a report (a
-/// template's status, an Event) takes one only when no write is pending, neither waiting
-/// for a slot nor in flight. At an edge the statuses and Events then go once the windows'
-/// writes are answered instead of among the last of them, whose latency is the edge's;
-/// the statuses and warnings of templates with nothing to write (a target that does not
-/// exist) go after the other windows' writes too.
+/// template's status, an Event) takes one only when no write is pending (waiting for a slot or
+/// in flight) and no template is [held](Permits::hold) between two of its writes. At an edge
+/// the statuses and Events then go once the windows' writes are answered, instead of among
+/// the last of them, whose latency is the edge's; the statuses and warnings of templates with nothing to write (a
+/// target that does not exist) go after the other windows' writes too.
 pub struct Permits {
     slots: Semaphore,
-    writes_pending: watch::Sender<usize>,
+    gate: watch::Sender<Gate>,
+}
+
+/// What reports wait for.
+#[derive(Default)]
+struct Gate {
+    /// Writes pending: each counted from when it asks for a slot until it has none.
+    writes: usize,
+    /// Templates between two of their writes at an edge (their autoscalers restored, their
+    /// Deployments waiting for the autoscalers' controller), each until when at the latest,
+    /// with the Events of what they wrote so far.
+    held: BTreeMap<String, (Instant, Vec<EventNote>)>,
+}
+
+impl Gate {
+    /// `None` when reports may go at `now`; otherwise until when at the latest they wait
+    /// (`None` inside: until the writes are answered).
+    fn closed(&self, now: Instant) -> Option<Option<Instant>> {
+        if self.writes > 0 {
+            return Some(None);
+        }
+        self.held
+            .values()
+            .map(|(until, _)| *until)
+            .filter(|until| *until > now)
+            .max()
+            .map(Some)
+    }
 }
 
 /// One write pending: counted from when it asks for a slot until it has none (its
 /// request answered, or the write given up).
-struct Pending<'a>(&'a watch::Sender<usize>);
+struct Pending<'a>(&'a watch::Sender<Gate>);
 
 impl<'a> Pending<'a> {
-    fn new(count: &'a watch::Sender<usize>) -> Self {
-        count.send_if_modified(|n| {
-            *n += 1;
+    fn new(gate: &'a watch::Sender<Gate>) -> Self {
+        gate.send_if_modified(|g| {
+            g.writes += 1;
             false
         });
-        Self(count)
+        Self(gate)
     }
 }
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         // Reports wait for zero only: the last pending write wakes them, no other count does.
-        self.0.send_if_modified(|n| {
-            *n -= 1;
-            *n == 0
+        self.0.send_if_modified(|g| {
+            g.writes -= 1;
+            g.writes == 0
         });
     }
 }
@@ -55,13 +90,13 @@ impl Permits {
     pub fn new(n: usize) -> Self {
         Self {
             slots: Semaphore::new(n),
-            writes_pending: watch::Sender::new(0),
+            gate: watch::Sender::new(Gate::default()),
         }
     }
 
     /// A slot for a write, in arrival order.
     pub async fn write(&self) -> Option<WriteSlot<'_>> {
-        let pending = Pending::new(&self.writes_pending);
+        let pending = Pending::new(&self.gate);
         let slot = self.slots.acquire().await.ok()?;
         Some(WriteSlot {
             _slot: slot,
@@ -69,16 +104,55 @@ impl Permits {
         })
     }
 
-    /// A slot for a report, once no write is pending. A slot that comes to a report while
-    /// a write has started waiting is passed on at once (the semaphore serves in arrival
-    /// order, and the write may have queued behind this report).
+    /// Holds back every report until `template` is [released](Self::release), or until
+    /// `until` at the latest: its next writes are due as soon as the autoscalers' controller
+    /// acts on the ones it made, and the reports would go between them. `notes` (the Events
+    /// of what it wrote so far) wait with it, to go with those of its next writes.
+    pub fn hold(&self, template: String, until: Instant, notes: Vec<EventNote>) {
+        let now = Instant::now();
+        self.gate.send_if_modified(|g| {
+            // A lapsed hold keeps its Events for the template's next plan, unless that never
+            // came (the template gone, the leadership lost).
+            g.held.retain(|_, (u, _)| *u + FORGOTTEN_AFTER > now);
+            g.held.insert(template, (until, notes));
+            false
+        });
+    }
+
+    /// Ends `template`'s hold, if it has one: the Events it held, to be published with its
+    /// own.
+    pub fn release(&self, template: &str) -> Vec<EventNote> {
+        let mut notes = Vec::new();
+        self.gate
+            .send_if_modified(|g| match g.held.remove(template) {
+                Some((_, held)) => {
+                    notes = held;
+                    true
+                }
+                None => false,
+            });
+        notes
+    }
+
+    /// A slot for a report, once no write is pending and no template is held. A slot that
+    /// comes to a report while a write has started waiting is passed on at once (the
+    /// semaphore serves in arrival order, and the write may have queued behind this report).
     pub async fn report(&self) -> Option<SemaphorePermit<'_>> {
-        let mut pending = self.writes_pending.subscribe();
+        let mut gate = self.gate.subscribe();
         loop {
-            // The sender lives as long as `self`: this returns once no write is pending.
-            let _ = pending.wait_for(|n| *n == 0).await;
+            loop {
+                let closed = gate.borrow_and_update().closed(Instant::now());
+                match closed {
+                    None => break,
+                    // The sender lives as long as `self`.
+                    Some(None) => gate.changed().await.ok()?,
+                    Some(Some(until)) => {
+                        let _ = tokio::time::timeout_at(until, gate.changed()).await;
+                    }
+                }
+            }
             let slot = self.slots.acquire().await.ok()?;
-            if *pending.borrow() == 0 {
+            if gate.borrow().closed(Instant::now()).is_none() {
                 return Some(slot);
             }
         }
@@ -139,5 +213,37 @@ mod tests {
         drop(permits.write().await);
         let report = tokio::time::timeout(std::time::Duration::from_secs(5), permits.report());
         assert!(report.await.expect("a free slot").is_some());
+    }
+
+    #[tokio::test]
+    async fn a_held_template_holds_reports_until_released_or_its_time_is_up() {
+        let ms = std::time::Duration::from_millis;
+        let permits = Permits::new(2);
+        let note = EventNote {
+            warning: false,
+            reason: "Reverted",
+            note: "a: HorizontalPodAutoscaler restored".into(),
+        };
+        permits.hold(
+            "ns/t".into(),
+            Instant::now() + ms(5_000),
+            vec![note.clone()],
+        );
+        let early = tokio::time::timeout(ms(100), permits.report());
+        assert!(
+            early.await.is_err(),
+            "a report went while a template was held"
+        );
+        assert_eq!(permits.release("ns/t"), vec![note]);
+        assert!(permits.release("ns/t").is_empty(), "a hold released twice");
+        let now = tokio::time::timeout(ms(1_000), permits.report());
+        assert!(now.await.expect("released").is_some());
+
+        // Never released: the hold lapses at its time, and its Events wait for the next plan.
+        let started = Instant::now();
+        permits.hold("ns/u".into(), started + ms(300), vec![]);
+        let lapsed = tokio::time::timeout(ms(5_000), permits.report());
+        assert!(lapsed.await.expect("lapsed").is_some());
+        assert!(started.elapsed() >= ms(300), "{:?}", started.elapsed());
     }
 }

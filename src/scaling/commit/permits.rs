@@ -19,8 +19,9 @@ const FORGOTTEN_AFTER: std::time::Duration = std::time::Duration::from_secs(600)
 /// template's status, an Event) takes one only when no write is pending (waiting for a slot or
 /// in flight) and no template is [held](Permits::hold) between two of its writes. At an edge
 /// the statuses and Events then go once the windows' writes are answered, instead of among
-/// the last of them, whose latency is the edge's; the statuses and warnings of templates with nothing to write (a
-/// target that does not exist) go after the other windows' writes too.
+/// the last of them, whose latency is the edge's; the statuses and warnings of templates
+/// with nothing to write (a target that does not exist) go after the other windows' writes
+/// too.
 pub struct Permits {
     slots: Semaphore,
     gate: watch::Sender<Gate>,

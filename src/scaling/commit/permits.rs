@@ -11,13 +11,19 @@ use crate::scaling::decide::EventNote;
 /// Requests one manager's scaling controller has in flight at most.
 pub const MAX_IN_FLIGHT: usize = 32;
 
+/// How long a report waits at most for the writes and holds before it: beyond it, it takes a
+/// slot in arrival order like a write. Writes that never stop (a stream of templates each
+/// writing, or each holding between two writes) would otherwise starve every report.
+const REPORT_WAITS_AT_MOST: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// How long after its hold lapsed a template's held Events are dropped.
 const FORGOTTEN_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The scaling controller's requests in flight: at most [`MAX_IN_FLIGHT`], in two classes.
 /// A write of a workload or an autoscaler takes a slot in arrival order; a report (a
 /// template's status, an Event) takes one only when no write is pending (waiting for a slot or
-/// in flight) and no template is [held](Permits::hold) between two of its writes. At an edge
+/// in flight) and no template is [held](Permits::hold) between two of its writes, or once it
+/// has waited [`REPORT_WAITS_AT_MOST`]. At an edge
 /// the statuses and Events then go once the windows' writes are answered, instead of among
 /// the last of them, whose latency is the edge's; the statuses and warnings of templates
 /// with nothing to write (a target that does not exist) go after the other windows' writes
@@ -135,25 +141,34 @@ impl Permits {
         notes
     }
 
-    /// A slot for a report, once no write is pending and no template is held. A slot that
-    /// comes to a report while a write has started waiting is passed on at once (the
-    /// semaphore serves in arrival order, and the write may have queued behind this report).
+    /// A slot for a report, once no write is pending and no template is held, or once it
+    /// has waited [`REPORT_WAITS_AT_MOST`]. A slot that comes to a report while a write has
+    /// started waiting is passed on at once (the semaphore serves in arrival order, and the
+    /// write may have queued behind this report).
     pub async fn report(&self) -> Option<SemaphorePermit<'_>> {
+        self.report_by(Instant::now() + REPORT_WAITS_AT_MOST).await
+    }
+
+    /// [`Self::report`], waiting for the writes and holds until `deadline` at most.
+    async fn report_by(&self, deadline: Instant) -> Option<SemaphorePermit<'_>> {
         let mut gate = self.gate.subscribe();
+        let open = |gate: &mut watch::Receiver<Gate>| {
+            let now = Instant::now();
+            match gate.borrow_and_update().closed(now) {
+                _ if now >= deadline => None,
+                None => None,
+                Some(until) => Some(until.map_or(deadline, |u| u.min(deadline))),
+            }
+        };
         loop {
-            loop {
-                let closed = gate.borrow_and_update().closed(Instant::now());
-                match closed {
-                    None => break,
-                    // The sender lives as long as `self`.
-                    Some(None) => gate.changed().await.ok()?,
-                    Some(Some(until)) => {
-                        let _ = tokio::time::timeout_at(until, gate.changed()).await;
-                    }
+            while let Some(until) = open(&mut gate) {
+                // The sender lives as long as `self`: `changed` fails only with it.
+                if let Ok(changed) = tokio::time::timeout_at(until, gate.changed()).await {
+                    changed.ok()?;
                 }
             }
             let slot = self.slots.acquire().await.ok()?;
-            if gate.borrow().closed(Instant::now()).is_none() {
+            if open(&mut gate).is_none() {
                 return Some(slot);
             }
         }
@@ -245,6 +260,18 @@ mod tests {
         permits.hold("ns/u".into(), started + ms(300), vec![]);
         let lapsed = tokio::time::timeout(ms(5_000), permits.report());
         assert!(lapsed.await.expect("lapsed").is_some());
+        assert!(started.elapsed() >= ms(300), "{:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn a_report_goes_once_it_has_waited_long_enough_though_writes_never_stop() {
+        let ms = std::time::Duration::from_millis;
+        let permits = Permits::new(2);
+        let _write = permits.write().await;
+        permits.hold("ns/t".into(), Instant::now() + ms(60_000), vec![]);
+        let started = Instant::now();
+        let report = tokio::time::timeout(ms(5_000), permits.report_by(started + ms(300)));
+        assert!(report.await.expect("waited out").is_some());
         assert!(started.elapsed() >= ms(300), "{:?}", started.elapsed());
     }
 }

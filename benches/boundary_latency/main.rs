@@ -15,7 +15,9 @@
 //! each other; the manager's own
 //! `moonin_scaling_edge_delay_seconds` is printed beside. For each floor and each edge the
 //! report also gives what the API server spent on it, where it runs on this machine: its
-//! process's CPU time and the garbage collections its `/metrics` counts. Every floor, and
+//! process's CPU time and the garbage collections its `/metrics` counts; and the CPU time of
+//! etcd, the other control-plane processes, the manager and this benchmark, with the share of
+//! the machine's cores busy (`server::CpuMark`). Every floor, and
 //! the creation of the templates, waits for an idle API server first (see
 //! `server::IdleServer`). Numbers, not pass/fail.
 //!

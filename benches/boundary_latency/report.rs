@@ -7,7 +7,7 @@ use jiff::Timestamp;
 
 use crate::{
     GOAL_MS, Params, SCRAPE_EVERY,
-    server::{CLOSED_ROWS, QUEUE_LEVEL, SERVER_ROWS, ServerTimes, Work},
+    server::{CLOSED_ROWS, CPU_GROUPS, QUEUE_LEVEL, SERVER_ROWS, ServerTimes, Work},
     shared::{
         metrics::Counters as Scrape,
         process,
@@ -363,7 +363,7 @@ impl Report {
         println!(
             "Both orders together, the write floor with the manager running ÷ with it stopped: p99 {}, the API server's CPU time {}. The manager's writes while it ran again: {}.",
             ratio(|f| Some(f.seen.p99)),
-            ratio(|f| f.work.cpu_secs),
+            ratio(|f| f.work.api_secs()),
             writes(pr.writes)
         );
     }
@@ -423,8 +423,9 @@ impl Report {
         }
     }
 
-    /// What the API server spent on each floor and each edge: the work behind their
-    /// latencies, which a garbage collection inside the interval adds to.
+    /// What the API server and the rest of the machine spent on each floor and each edge:
+    /// the work behind their latencies, which a garbage collection inside the interval, or
+    /// any other process sharing the cores, adds to.
     fn print_work(&self, p: &Params) {
         let (open, close) = (&self.window.open, &self.window.close);
         let spec = |pick: fn(&(Floor, Floor)) -> &Floor| self.floors.spec.as_ref().map(pick);
@@ -467,30 +468,46 @@ impl Report {
                 again(|p| p.running),
             ),
         ];
-        let goal = self.floors.write.and_then(|f| f.work.cpu_secs);
+        let goal = self.floors.write.and_then(|f| f.work.api_secs());
         println!();
-        println!("## What the API server spent on each floor and each edge");
+        println!("## What the API server and the machine spent on each floor and each edge");
         println!();
         println!(
-            "Its CPU time (user + system of the kube-apiserver process) from the first write until the watches saw the last, and the garbage collections its Go runtime completed meanwhile (go_gc_duration_seconds_count; for an edge, from 3 s before it). Each interval writes {} times to the targets; an edge's statuses and Events wait until every target write is answered.",
+            "CPU time (user + system) from the first write until the watches saw the last: the kube-apiserver process's, with the garbage collections its Go runtime completed meanwhile (go_gc_duration_seconds_count; for an edge, from 3 s before it); then every other process of the local control plane's, the manager's and this benchmark's, and the share of the machine's {} cores busy over the interval. Each interval writes {} times to the targets; an edge's statuses and Events wait until every target write is answered. Where the cores are near fully busy, any other work on the machine delays the writes.",
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
             2 * p.targets()
         );
         println!();
-        println!("| interval | API server CPU s | ÷ the goal's floor | its garbage collections |");
-        println!("|---|---|---|---|");
+        let others: Vec<&str> = CPU_GROUPS[1..].iter().map(|(name, _)| *name).collect();
+        println!(
+            "| interval | API server CPU s | ÷ the goal's floor | its garbage collections | {} CPU s | the machine busy |",
+            others.join(" CPU s | ")
+        );
+        println!("|---|---|---|---|{}---|", "---|".repeat(others.len()));
         for (what, work) in rows {
             match work {
                 Some(Work {
-                    cpu_secs: Some(cpu),
+                    cpu: Some(cpu),
                     gc_cycles,
                 }) => println!(
-                    "| {what} | {cpu:.2} | {} | {gc_cycles:.0} |",
-                    over(Some(cpu), goal)
+                    "| {what} | {:.2} | {} | {gc_cycles:.0} | {} | {:.0} % |",
+                    cpu.by[0],
+                    over(Some(cpu.by[0]), goal),
+                    cpu.by[1..]
+                        .iter()
+                        .map(|s| format!("{s:.2}"))
+                        .collect::<Vec<_>>()
+                        .join(" | "),
+                    100.0 * cpu.busy_share()
                 ),
-                Some(Work { gc_cycles, .. }) => {
-                    println!("| {what} | not on this machine | — | {gc_cycles:.0} |")
-                }
-                None => println!("| {what} | not measured | — | — |"),
+                Some(Work { gc_cycles, .. }) => println!(
+                    "| {what} | not on this machine | — | {gc_cycles:.0} |{}",
+                    " — |".repeat(others.len() + 1)
+                ),
+                None => println!(
+                    "| {what} | not measured | — | — |{}",
+                    " — |".repeat(others.len() + 1)
+                ),
             }
         }
     }

@@ -126,15 +126,7 @@ pub async fn server_times_async() -> ServerTimes {
 /// The CPU time (user + system) of the `kube-apiserver` process on this machine so far,
 /// if it runs here (the local control plane's does).
 pub fn server_cpu() -> Option<f64> {
-    let dir = std::fs::read_dir("/proc").ok()?;
-    let pid = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim_end() == "kube-apiserver")
-        })?;
-    Some(process::usage(pid).cpu_secs)
+    CpuMark::now().map(|m| m.by[0])
 }
 
 /// The API server counts as idle below this many cores of CPU over [`IDLE_OVER`] (it
@@ -185,26 +177,135 @@ impl IdleServer {
     }
 }
 
-/// What the API server spent on one interval of the run: the CPU time of its process and
-/// the garbage collections it completed meanwhile.
+/// What one interval of the run cost: the API server's garbage collections, and the CPU
+/// time of the API server and of everything else on this machine (see [`CpuMark`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Work {
-    /// Its CPU time from the interval's first write until every write was seen (`None`
-    /// when it does not run on this machine).
-    pub cpu_secs: Option<f64>,
+    /// The CPU spent from the interval's first write until every write was seen (`None`
+    /// when the API server does not run on this machine).
+    pub cpu: Option<CpuSpent>,
     /// Its garbage collections completed from just before to just after the interval.
     pub gc_cycles: f64,
 }
 
-/// The API server's CPU time and garbage collections at one instant. Its `/metrics` is
-/// read before its CPU at an interval's start and after it at the end, so that rendering
-/// them is not counted.
+impl Work {
+    /// The API server's CPU time over the interval.
+    pub fn api_secs(&self) -> Option<f64> {
+        self.cpu.map(|c| c.by[0])
+    }
+}
+
+/// The processes whose CPU time an interval reports, each by the names the kernel gives
+/// them (`/proc/PID/comm`, cut at 15 bytes), in the order of [`CpuMark::by`]; the
+/// benchmark itself is found by its process id.
+pub const CPU_GROUPS: [(&str, &[&str]); 5] = [
+    ("API server", &["kube-apiserver"]),
+    ("etcd", &["etcd"]),
+    (
+        "controllers (kube-controller-manager, kube-scheduler, kwok)",
+        &["kube-controller", "kube-scheduler", "kwok-controller"],
+    ),
+    ("the manager", &["moonin"]),
+    ("this benchmark", &[]),
+];
+
+/// The CPU time (user + system, seconds) of each group of [`CPU_GROUPS`] so far, and of the
+/// whole machine: whether the writes of an interval waited for an API server that had the
+/// machine's cores to itself, or shared them, and with whom.
+#[derive(Clone, Copy, Debug)]
+pub struct CpuMark {
+    at: Instant,
+    /// By group, in the order of [`CPU_GROUPS`].
+    by: [f64; 5],
+    /// Every core's time not idle (user, nice, system, interrupts; not I/O wait or steal).
+    busy: f64,
+}
+
+impl CpuMark {
+    /// The mark now; `None` when no API server runs on this machine.
+    pub fn now() -> Option<Self> {
+        let at = Instant::now();
+        let me = std::process::id();
+        let mut by = [0.0; 5];
+        let mut api = false;
+        for pid in std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        {
+            let group = if pid == me {
+                Some(4)
+            } else {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                let comm = comm.trim_end();
+                CPU_GROUPS
+                    .iter()
+                    .position(|(_, names)| names.contains(&comm))
+            };
+            if let Some(g) = group {
+                api |= g == 0;
+                by[g] += process::usage(pid).cpu_secs;
+            }
+        }
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let ticks: Vec<f64> = stat
+            .lines()
+            .next()?
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal, in ticks of 1/100 s.
+        let busy = [0, 1, 2, 5, 6]
+            .iter()
+            .filter_map(|&i| ticks.get(i))
+            .sum::<f64>()
+            / 100.0;
+        api.then_some(CpuMark { at, by, busy })
+    }
+
+    /// What was spent from `start` to this mark.
+    pub fn since(&self, start: &CpuMark) -> CpuSpent {
+        let mut by = self.by;
+        for (b, s) in by.iter_mut().zip(start.by) {
+            *b -= s;
+        }
+        CpuSpent {
+            secs: self.at.duration_since(start.at).as_secs_f64(),
+            by,
+            busy: self.busy - start.busy,
+        }
+    }
+}
+
+/// The CPU time spent over an interval: by group and by the whole machine.
+#[derive(Clone, Copy, Debug)]
+pub struct CpuSpent {
+    /// The interval's length.
+    pub secs: f64,
+    /// By group, in the order of [`CPU_GROUPS`].
+    pub by: [f64; 5],
+    /// By every core together.
+    pub busy: f64,
+}
+
+impl CpuSpent {
+    /// The share of the machine's cores busy over the interval.
+    pub fn busy_share(&self) -> f64 {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        self.busy / (self.secs * cores).max(f64::EPSILON)
+    }
+}
+
+/// The API server's garbage collections and the machine's CPU at one instant. The API
+/// server's `/metrics` is read before the CPU at an interval's start and after it at the
+/// end, so that rendering them is not counted.
 #[derive(Clone, Copy, Debug)]
 pub struct WorkMark {
     /// Its garbage collections completed so far.
     pub gc_cycles: f64,
-    /// Its CPU time so far (`None` when it does not run on this machine).
-    pub cpu_secs: Option<f64>,
+    /// The CPU so far (`None` when the API server does not run on this machine).
+    pub cpu: Option<CpuMark>,
 }
 
 impl WorkMark {
@@ -213,23 +314,23 @@ impl WorkMark {
         let gc_cycles = server_times_async().await.gc_cycles;
         WorkMark {
             gc_cycles,
-            cpu_secs: server_cpu(),
+            cpu: CpuMark::now(),
         }
     }
 
     /// A mark at an interval's end.
     pub async fn end() -> Self {
-        let cpu_secs = server_cpu();
+        let cpu = CpuMark::now();
         WorkMark {
             gc_cycles: server_times_async().await.gc_cycles,
-            cpu_secs,
+            cpu,
         }
     }
 
-    /// What the API server spent from `start` to this mark.
+    /// What was spent from `start` to this mark.
     pub fn since(&self, start: &WorkMark) -> Work {
         Work {
-            cpu_secs: self.cpu_secs.zip(start.cpu_secs).map(|(a, b)| a - b),
+            cpu: self.cpu.zip(start.cpu).map(|(a, b)| a.since(&b)),
             gc_cycles: self.gc_cycles - start.gc_cycles,
         }
     }

@@ -15,7 +15,7 @@ use crate::{
     Params, QUIET, SCRAPE_EVERY,
     probes::patch_round_trip,
     report::{Boundary, Startup, Window, count},
-    server::{Work, WorkMark, machine_note, server_cpu, server_times_async},
+    server::{CpuMark, Work, WorkMark, machine_note, server_times_async},
     shared::{
         harness::Manager,
         manager::{ManagerSeat, wait_until_leading},
@@ -227,24 +227,24 @@ impl Edge<'_> {
         let usage = process::usage(self.pid);
         machine.push((format!("1 s before {what}"), machine_note(self.identity)));
         let deadline = Instant::now() + Duration::from_secs(secs);
-        // The API server's CPU at the edge instant, read by a task of its own so that the
+        // The machine's CPU at the edge instant, read by a task of its own so that the
         // boundary's first scrape is not held back.
         let label = format!("edge-{what}");
         let at_edge = tokio::spawn(async move {
             sleep_until(at).await;
             crate::server::profile(&label);
-            server_cpu()
+            CpuMark::now()
         });
         let (mut b, done_at) = boundary(self.addr, self.seen, before, deadline, done).await;
         b.server = (server_before, server_times_async().await);
         let start = WorkMark {
             gc_cycles: b.server.0.gc_cycles,
-            cpu_secs: at_edge.await.ok().flatten(),
+            cpu: at_edge.await.ok().flatten(),
         };
         // An edge never done is counted until its deadline, without its CPU.
         let end = done_at.unwrap_or(WorkMark {
             gc_cycles: b.server.1.gc_cycles,
-            cpu_secs: None,
+            cpu: None,
         });
         b.work = end.since(&start);
         b.cpu_secs = process::usage(self.pid).cpu_secs - usage.cpu_secs;

@@ -630,7 +630,8 @@ impl Refusal {
         use k8s_openapi::api::admissionregistration::v1::{
             ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
         };
-        let name = format!("e2e-refuse-{resource}-{ns}");
+        // A subresource (`scalingtemplates/status`) names the policy with a dash.
+        let name = format!("e2e-refuse-{}-{ns}", resource.replace('/', "-"));
         let policy: ValidatingAdmissionPolicy = serde_json::from_value(serde_json::json!({
             "metadata": {"name": name},
             "spec": {

@@ -1617,6 +1617,92 @@ async fn a_refused_sweep_write_waits_for_the_next_sweep_and_holds_its_targets_ot
     assert_eq!(hpa.spec.min_replicas, Some(2), "the refused restore");
 }
 
+/// The Events of a window's writes go after the template's status that records them. When
+/// that status write is refused, the writes are not made again (they hold), so their Events
+/// wait for the status write that finally succeeds instead of being lost with the reconcile.
+#[tokio::test]
+async fn events_of_writes_whose_status_write_was_refused_go_with_the_status_written_later() {
+    let client = require_cluster!();
+    let mut rig = Rig::new(client.clone(), "stpl-status-refused").await;
+    rig.kill();
+    rig.deployment("web", 1).await;
+    rig.hpa("web", "web", 1, 3).await;
+    rig.template(manual_template(
+        "refused-status",
+        &in_secs(1),
+        "10m",
+        json!([{"name": "web", "target": {"name": "web"}, "minReplicas": 2, "maxReplicas": 5}]),
+    ))
+    .await;
+    let templates = rig.templates();
+    let dry = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let refusal = Refusal::create(
+        &client,
+        rig.ns(),
+        "moonin.io",
+        "scalingtemplates/status",
+        || {
+            let (templates, dry) = (templates.clone(), dry.clone());
+            async move {
+                let probe = json!({"status": {"observedGeneration": 0}});
+                templates
+                    .patch_status("refused-status", &dry, &Patch::Merge(probe))
+                    .await
+                    .map(|_| ())
+            }
+        },
+    )
+    .await;
+
+    rig.start().await;
+    hpa_is(&rig, "web", 2, 5, true).await;
+    replicas_are(&rig, "web", 2).await;
+    wait_for(
+        "the status write refused in the log",
+        Duration::from_secs(30),
+        || async {
+            let log = rig.manager.as_ref()?.log_text();
+            log.contains("could not write the template").then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        rig.template_status("refused-status").await["phase"],
+        Value::Null,
+        "the status was written"
+    );
+    for reason in ["Applied", "ScaledUp"] {
+        let early = rig.events("refused-status", reason).await;
+        assert!(early.is_empty(), "{reason} before its status: {early:?}");
+    }
+
+    refusal.lift();
+    rig.phase("refused-status", "Active").await;
+    for (reason, says) in [
+        ("Applied", "minReplicas 1 -> 2"),
+        ("ScaledUp", "replicas 1 -> 2"),
+    ] {
+        let notes = wait_for(
+            &format!("the {reason} Event"),
+            Duration::from_secs(30),
+            || async {
+                let notes = rig.events("refused-status", reason).await;
+                (!notes.is_empty()).then_some(notes)
+            },
+        )
+        .await;
+        assert_eq!(notes.len(), 1, "{reason}: {notes:?}");
+        assert!(
+            notes[0].starts_with("web: ") && notes[0].contains(says),
+            "{reason}: {notes:?}"
+        );
+    }
+    rig.delete_template("refused-status").await;
+}
+
 #[tokio::test]
 async fn moonin_schedule_reads_a_live_template() {
     let client = require_cluster!();

@@ -262,9 +262,10 @@ impl Writer {
 
     /// Writes `ops` wave by wave. Within a wave the actions run concurrently and each
     /// action's ops run in order; an action stops at its first refused write. Returns the
-    /// Events of the writes that succeeded and the refusals by action (whether the refused
-    /// write was a restore, and the API server's message).
-    async fn write_ops(&self, ops: &[Op]) -> Result<(Vec<EventNote>, Refusals), CommitError> {
+    /// Events of the writes that succeeded (also when a conflict or the leadership stopped
+    /// the plan) and the refusals by action (whether the refused write was a restore, and
+    /// the API server's message).
+    async fn write_ops(&self, ops: &[Op]) -> (Vec<EventNote>, Result<Refusals, CommitError>) {
         let mut waves: BTreeMap<decide::Wave, BTreeMap<&str, Vec<&Op>>> = BTreeMap::new();
         for op in ops {
             waves
@@ -304,10 +305,10 @@ impl Writer {
                 }
             }
             if let Some(e) = stop {
-                return Err(e);
+                return (notes, Err(e));
             }
         }
-        Ok((notes, failed))
+        (notes, Ok(failed))
     }
 
     /// Runs a plan for `tpl`: finalizer first (so a deletion always reverts), the ops in
@@ -329,11 +330,13 @@ impl Writer {
         }
         let written = self.write_with_backoff(tpl, &plan.ops).await?;
         let id = crate::runtime::reference(tpl);
-        // What an earlier plan of this edge wrote and held back is reported with this one.
-        let mut all: Vec<EventNote> = self.in_flight.release(&id);
-        all.extend(written.notes);
-        all.extend(plan.events.iter().cloned());
-        all.extend(written.counted.iter().map(|(action, msg)| EventNote {
+        // The Events of writes: what an earlier plan of this edge wrote and held back, or
+        // wrote before it stopped, is reported with what this one wrote. They are kept until
+        // published; the plan's own Events come from the status, and a plan that does not
+        // write it derives them again.
+        let mut writes: Vec<EventNote> = self.in_flight.release(&id);
+        writes.extend(written.notes);
+        writes.extend(written.counted.iter().map(|(action, msg)| EventNote {
             warning: true,
             reason: crate::api::scaling::reasons::APPLY_FAILED,
             note: format!("{action}: {msg}"),
@@ -345,17 +348,21 @@ impl Writer {
             // acts: the status and the Events wait for those writes, and every other report
             // waits with them instead of going between this edge's writes.
             let until = tokio::time::Instant::now() + HELD_AT_MOST;
-            self.in_flight.hold(id, until, all);
+            self.in_flight.hold(id, until, writes);
             return Ok(written.retry_in);
         }
-        if tpl.status() != Some(&status) {
-            self.write_status(&api, tpl, &status).await?;
+        if tpl.status() != Some(&status)
+            && let Err(e) = self.write_status(&api, tpl, &status).await
+        {
+            self.in_flight.keep(&id, writes);
+            return Err(e);
         }
         // Events last, after every write they report on succeeded; one Event per reason
         // (its note lists the actions), so a boundary does not double the API traffic.
         let regarding = tpl.object_ref(&());
+        writes.extend(plan.events.iter().cloned());
         futures::future::join_all(
-            coalesce(all)
+            coalesce(writes)
                 .iter()
                 .map(|note| self.publish(note, &regarding)),
         )
@@ -393,7 +400,14 @@ impl Writer {
             }
         }
         let sent = sendable(ops, &held);
-        let (notes, failed) = self.write_ops(&sent).await?;
+        let (notes, failed) = match self.write_ops(&sent).await {
+            (notes, Ok(failed)) => (notes, failed),
+            (notes, Err(e)) => {
+                // The next plan does not make these writes again: it reports them.
+                self.in_flight.keep(&id, notes);
+                return Err(e);
+            }
+        };
         for op in &sent {
             if !failed.contains_key(&op.action) {
                 self.backoff.succeeded(&key(&op.action, op.restores));

@@ -126,6 +126,25 @@ impl Permits {
         });
     }
 
+    /// Keeps `notes` (the Events of writes a plan made before it stopped: a conflict, a
+    /// status write refused) for `template`'s next plan to publish with its own, without
+    /// holding any report back: they join its hold's, if it has one, and its hold keeps its
+    /// time.
+    pub fn keep(&self, template: &str, notes: Vec<EventNote>) {
+        if notes.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        self.gate.send_if_modified(|g| {
+            g.held
+                .entry(template.to_string())
+                .or_insert_with(|| (now, Vec::new()))
+                .1
+                .extend(notes);
+            false
+        });
+    }
+
     /// Ends `template`'s hold, if it has one: the Events it held, to be published with its
     /// own.
     pub fn release(&self, template: &str) -> Vec<EventNote> {
@@ -261,6 +280,45 @@ mod tests {
         let lapsed = tokio::time::timeout(ms(5_000), permits.report());
         assert!(lapsed.await.expect("lapsed").is_some());
         assert!(started.elapsed() >= ms(300), "{:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn kept_events_wait_for_the_next_plan_and_hold_nothing_back() {
+        let ms = std::time::Duration::from_millis;
+        let permits = Permits::new(1);
+        let note = |text: &str| EventNote {
+            warning: false,
+            reason: "Applied",
+            note: text.into(),
+        };
+        permits.keep("ns/t", vec![note("a: HPA ns/a minReplicas 1 -> 2")]);
+        let report = tokio::time::timeout(ms(1_000), permits.report());
+        assert!(
+            report.await.expect("nothing is held back").is_some(),
+            "kept Events held a report back"
+        );
+        permits.keep("ns/t", vec![note("b: HPA ns/b minReplicas 1 -> 2")]);
+        assert_eq!(
+            permits.release("ns/t"),
+            vec![
+                note("a: HPA ns/a minReplicas 1 -> 2"),
+                note("b: HPA ns/b minReplicas 1 -> 2")
+            ]
+        );
+
+        // Kept beside a hold: they join its Events, and the hold still holds until its time.
+        permits.hold(
+            "ns/u".into(),
+            Instant::now() + ms(60_000),
+            vec![note("c: restored")],
+        );
+        permits.keep("ns/u", vec![note("d: restored")]);
+        let early = tokio::time::timeout(ms(100), permits.report());
+        assert!(early.await.is_err(), "keeping Events ended a hold");
+        assert_eq!(
+            permits.release("ns/u"),
+            vec![note("c: restored"), note("d: restored")]
+        );
     }
 
     #[tokio::test]

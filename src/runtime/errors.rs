@@ -1,6 +1,8 @@
 //! How the controllers read the API server's errors: a conflict is a race to retry from
 //! fresh caches at once; an error that may pass (no answer, a 5xx, a 429) is worth asking
-//! again; anything else is a refusal to back off from and report.
+//! again; anything else is a refusal to back off from and report. A 429, 503 or 504 seldom
+//! gets here: the client (kube's default retry layer) asks again itself first, up to 15
+//! times.
 
 /// The API server's message for a JSON Patch it could not apply to the stored object.
 const PATCH_NOT_APPLICABLE: &str = "the server rejected our request due to an error in our request";

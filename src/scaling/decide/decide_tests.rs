@@ -3633,6 +3633,38 @@ fn other_scales_after_a_restore_are_left_alone() {
     );
 }
 
+/// A restore made long after the close (the manager was down then) is still the restore when
+/// Moonin's restore wrote the bounds: a scale-back right after it is undone. Bounds written
+/// as late by another manager are not.
+#[test]
+fn a_scale_back_after_a_late_restore_is_undone_when_moonins_restore_wrote_the_bounds() {
+    let late = |manager: &str| {
+        let (mut s, restored) = scaled_back(HPA_CONTROLLER, 3);
+        let later = restored + SignedDuration::from_mins(10);
+        let t = s.targets.get_mut(&key("checkout")).expect("target");
+        let h = &mut t.autoscalers[0];
+        h.bounds_written = Some(later);
+        for f in ["minReplicas", "maxReplicas"] {
+            h.managers.insert(f.into(), manager.into());
+        }
+        t.deployment.as_mut().expect("deployment").replicas_set_by =
+            Some((HPA_CONTROLLER.into(), later + SignedDuration::from_secs(3)));
+        s
+    };
+    let plan = decide(&late(field_manager::RESTORE), after_window());
+    assert_eq!(
+        writes(&plan.ops),
+        vec![at("checkout", dep_patch(vec![add("/spec/replicas", 3)]))]
+    );
+    assert_eq!(op_events(&plan), vec![(false, events::RESTORED_AGAIN)]);
+    let plan = decide(&late("argocd-controller"), after_window());
+    assert_eq!(
+        writes(&plan.ops),
+        vec![],
+        "another manager's write of the bounds"
+    );
+}
+
 /// Deleted right after a restore, a template keeps its finalizer, and so the record a
 /// scale-back would be undone from, for one HPA sync period after the autoscaler's restore.
 #[test]

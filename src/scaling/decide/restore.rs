@@ -506,9 +506,10 @@ pub const HPA_CONTROLLER: &str = "kube-controller-manager";
 /// The Deployment of an idle action restored again, if the HPA controller scaled it back
 /// after its restore: it carries no marks, the HPA controller set its replicas to the
 /// override's minimum within [`OBSERVATION_LIMIT`] of the last write of the bounds, that
-/// write is the restore (it came within [`OBSERVATION_LIMIT`] of the last window's close:
-/// a later write of the bounds, a GitOps sync the next day, leaves the Deployment to its
-/// HPA), and `recorded` (what the restore put back, from the status) differs. An HPA
+/// write is the restore (Moonin's restore field manager last wrote a bound, or it came
+/// within [`OBSERVATION_LIMIT`] of the last window's close: a later write of the bounds, a
+/// GitOps sync the next day, leaves the Deployment to its HPA), and `recorded` (what the
+/// restore put back, from the status) differs. An HPA
 /// controller acting on the restored bounds would not do that, save with metrics asking for
 /// exactly that minimum; such a scale is undone for those two minutes at most.
 pub(super) fn undo_scale_back(
@@ -529,9 +530,15 @@ pub(super) fn undo_scale_back(
         .iter()
         .filter_map(|e| e.end.as_ref().map(|t| t.0))
         .max()?;
+    // The last write of the bounds is the restore when Moonin's restore wrote them (however
+    // long after the close: a manager down at the close restores when it is back), or, for
+    // bounds the restore removed (no one owns them now), when it came right after the close.
     // `managedFields` keeps whole seconds.
+    let by_restore = [carrier.kind.min_field(), carrier.kind.max_field()]
+        .iter()
+        .any(|f| carrier.managers.get(*f).map(String::as_str) == Some(field_manager::RESTORE));
     let since_close = written.duration_since(closed) + SignedDuration::from_secs(1);
-    if since_close.is_negative() || since_close > OBSERVATION_LIMIT {
+    if !by_restore && (since_close.is_negative() || since_close > OBSERVATION_LIMIT) {
         return None;
     }
     let recent = scaled >= &written && scaled.duration_since(written) < OBSERVATION_LIMIT;

@@ -321,6 +321,7 @@ async fn hpa_override_and_byte_for_byte_restore() {
         json!({"minReplicas": 2, "maxReplicas": 5})
     );
     assert_eq!(original["deploymentReplicas"], 2);
+    assert_eq!(original["deployment"], "web", "whose replicas they are");
     let owner: Value = serde_json::from_str(&a[keys::OWNER]).expect("owner json");
     assert_eq!(owner["name"], "peak");
     assert_eq!(owner["action"], "web");
@@ -1615,6 +1616,62 @@ async fn a_refused_sweep_write_waits_for_the_next_sweep_and_holds_its_targets_ot
     assert_eq!(rig.replicas("held").await, Some(2));
     let hpa = rig.hpas().get("held").await.expect("hpa");
     assert_eq!(hpa.spec.min_replicas, Some(2), "the refused restore");
+}
+
+/// An HPA pointed at another Deployment during its window gives back its own bounds at once
+/// (the template's action no longer reaches it) and never puts the replicas it recorded,
+/// its first Deployment's, on the Deployment it scales now; the first Deployment, left with
+/// no autoscaler, gets a provisional HPA for the rest of the window and its replicas back at
+/// the close.
+#[tokio::test]
+async fn an_hpa_pointed_at_another_deployment_mid_window_leaves_that_deployment_alone() {
+    let client = require_cluster!();
+    let rig = Rig::new(client, "stpl-repointed").await;
+    rig.deployment("web", 2).await;
+    rig.deployment("other", 5).await;
+    rig.hpa("web", "web", 2, 8).await;
+    rig.template(manual_template(
+        "repointed",
+        &in_secs(2),
+        "40s",
+        json!([{"name": "web", "target": {"name": "web"}, "minReplicas": 4, "maxReplicas": 10}]),
+    ))
+    .await;
+    hpa_is(&rig, "web", 4, 10, true).await;
+    replicas_are(&rig, "web", 4).await;
+
+    rig.hpas()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"scaleTargetRef": {"name": "other"}}})),
+        )
+        .await
+        .expect("point the HPA at other");
+    hpa_is(&rig, "web", 2, 8, false).await;
+    let provisional = wait_for(
+        "a provisional HPA for web",
+        Duration::from_secs(30),
+        || async { rig.hpas().get_opt("moonin-web").await.ok().flatten() },
+    )
+    .await;
+    assert_eq!(provisional.spec.scale_target_ref.name, "web");
+    assert_eq!(rig.replicas("web").await, Some(4), "web holds the window");
+
+    // The close: the provisional HPA goes and web comes back; other was never written.
+    wait_gone(&rig.hpas(), "moonin-web", Duration::from_secs(60)).await;
+    replicas_are(&rig, "web", 2).await;
+    rig.phase("repointed", "Idle").await;
+    let other = rig.deployments().get("other").await.expect("other");
+    assert_eq!(other.spec.as_ref().and_then(|s| s.replicas), Some(5));
+    assert!(
+        !harness::writes(&other.metadata)
+            .iter()
+            .any(|w| w.contains("moonin")),
+        "Moonin wrote other: {:?}",
+        harness::writes(&other.metadata)
+    );
+    rig.delete_template("repointed").await;
 }
 
 /// The Events of a window's writes go after the template's status that records them. When

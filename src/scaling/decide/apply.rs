@@ -193,6 +193,7 @@ fn create_provisional(cx: &Context<'_>, reapplies: i32) -> Carried {
     let eff_max = action.max_replicas.max(cx.dep.replicas());
     let original = Original {
         spec: BTreeMap::new(),
+        deployment: Some(key.name.clone()),
         deployment_replicas: cx.base_replicas,
     };
     let hpa = provisional_hpa(
@@ -409,6 +410,7 @@ fn override_op(
     if !ours || c.original.is_none() {
         let original = Original {
             spec: BTreeMap::from([(min_f.to_string(), c.min), (max_f.to_string(), c.max)]),
+            deployment: Some(cx.key.name.clone()),
             deployment_replicas: cx.base_replicas,
         };
         marks.push((

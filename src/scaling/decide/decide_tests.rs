@@ -189,6 +189,7 @@ fn original(
     dep: Option<i32>,
 ) -> Original {
     Original {
+        deployment: None,
         spec: BTreeMap::from([
             (kind.min_field().to_string(), min),
             (kind.max_field().to_string(), max),
@@ -674,7 +675,7 @@ fn first_apply_on_an_existing_hpa() {
                     add(&ann(keys::APPLIED_HASH), hash(&a)),
                     add(
                         &ann(keys::ORIGINAL),
-                        json!({"spec": {"minReplicas": 2, "maxReplicas": 20}, "deploymentReplicas": 3})
+                        json!({"spec": {"minReplicas": 2, "maxReplicas": 20}, "deployment": "checkout", "deploymentReplicas": 3})
                     ),
                 ])
             ),
@@ -754,7 +755,7 @@ fn first_apply_creates_the_annotation_map_when_there_is_none() {
                     json!({
                         keys::OWNER: our_owner("checkout"),
                         keys::APPLIED_HASH: hash(&a),
-                        keys::ORIGINAL: {"spec": {"minReplicas": 2, "maxReplicas": 20}, "deploymentReplicas": 3},
+                        keys::ORIGINAL: {"spec": {"minReplicas": 2, "maxReplicas": 20}, "deployment": "checkout", "deploymentReplicas": 3},
                     })
                 ),
             ])
@@ -787,7 +788,7 @@ fn apply_after_a_crash_between_the_two_writes_records_the_original_replicas() {
                 add(&ann(keys::APPLIED_HASH), hash(&a)),
                 add(
                     &ann(keys::ORIGINAL),
-                    json!({"spec": {"minReplicas": 2, "maxReplicas": 20}, "deploymentReplicas": 3})
+                    json!({"spec": {"minReplicas": 2, "maxReplicas": 20}, "deployment": "checkout", "deploymentReplicas": 3})
                 ),
             ])
         )]
@@ -1393,7 +1394,7 @@ fn keda_scaled_object_carries_the_override_and_its_hpa_is_never_patched() {
                         add(&ann(keys::APPLIED_HASH), hash(&a)),
                         add(
                             &ann(keys::ORIGINAL),
-                            json!({"spec": {"minReplicaCount": 1, "maxReplicaCount": 10}, "deploymentReplicas": 3})
+                            json!({"spec": {"minReplicaCount": 1, "maxReplicaCount": 10}, "deployment": "checkout", "deploymentReplicas": 3})
                         ),
                     ]
                 )
@@ -1567,7 +1568,7 @@ fn max_is_never_written_below_current_replicas() {
                 add(&ann(keys::APPLIED_HASH), hash(&a)),
                 add(
                     &ann(keys::ORIGINAL),
-                    json!({"spec": {"minReplicas": 2, "maxReplicas": 20}, "deploymentReplicas": 40})
+                    json!({"spec": {"minReplicas": 2, "maxReplicas": 20}, "deployment": "checkout", "deploymentReplicas": 40})
                 ),
             ])
         )]
@@ -1587,7 +1588,7 @@ fn provisional_json(a: &ScalingAction, min: i32, max: i32, dep_replicas: Value) 
             "labels": {"app.kubernetes.io/managed-by": "moonin", "moonin.io/provisional": "true"},
             "annotations": {
                 keys::OWNER: our_owner("checkout"),
-                keys::ORIGINAL: {"spec": {}, "deploymentReplicas": dep_replicas},
+                keys::ORIGINAL: {"spec": {}, "deployment": "checkout", "deploymentReplicas": dep_replicas},
                 keys::APPLIED_HASH: hash(a),
             },
             "ownerReferences": [{
@@ -1645,6 +1646,7 @@ fn provisional_applied(a: &ScalingAction) -> Autoscaler {
     Autoscaler {
         provisional: true,
         original: Some(Original {
+            deployment: None,
             spec: BTreeMap::new(),
             deployment_replicas: Some(3),
         }),
@@ -2760,6 +2762,7 @@ fn deployment_without_replicas_is_restored_to_one() {
     // The state that apply leaves, at the window's end.
     let mut hpa = provisional_applied(&a);
     hpa.original = Some(Original {
+        deployment: None,
         spec: BTreeMap::new(),
         deployment_replicas: None,
     });
@@ -2890,6 +2893,7 @@ fn random_snapshot(
             ])
         };
         c.original = Some(Original {
+            deployment: None,
             spec,
             deployment_replicas: orig.2,
         });
@@ -3680,4 +3684,32 @@ fn a_template_deleted_right_after_a_restore_keeps_its_finalizer_for_one_hpa_sync
     assert_eq!(plan.requeue_at, restored + SCALE_BACK_SETTLE);
     let later = decide(&s, restored + SCALE_BACK_SETTLE);
     assert_eq!(later.finalizer, Finalizer::Remove);
+}
+
+/// An HPA pointed at another Deployment during its window gives back its own bounds, and
+/// never the replicas it recorded to the Deployment it scales now: they were the first one's.
+#[test]
+fn an_hpa_pointed_elsewhere_mid_window_restores_its_bounds_and_leaves_its_new_deployment() {
+    let a = checkout();
+    let mut target = applied_target(&a);
+    let mut h = target.autoscalers.remove(0);
+    h.original.as_mut().expect("record").deployment = Some("checkout".into());
+    let mut t = template(vec![a.clone()]);
+    t.status = applied_status();
+    let s = snap(
+        t,
+        vec![
+            ("checkout", target),
+            ("other", tgt(Some(deployment("other", 5)), vec![h])),
+        ],
+    );
+    for (when, at) in [("in the window", now()), ("after it", after_window())] {
+        let w = writes(&decide(&s, at).ops);
+        assert!(
+            w.iter()
+                .any(|(n, w)| n == "shop/checkout" && matches!(w, W::Patch(ObjectKind::Hpa, _))),
+            "{when}, the HPA's bounds: {w:#?}"
+        );
+        assert!(!w.iter().any(|(n, _)| n == "shop/other"), "{when}: {w:#?}");
+    }
 }

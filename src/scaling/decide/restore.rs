@@ -75,7 +75,11 @@ pub(super) fn revert_target(
             .map(|o| o.action.clone())
             .unwrap_or_default();
         carriers.action = action.clone();
-        if let Some(orig) = &a.original {
+        // A carrier pointed at another Deployment since its override restores its own bounds
+        // only: the replicas it recorded are the other Deployment's.
+        if let Some(orig) = &a.original
+            && orig.deployment.as_ref().is_none_or(|d| *d == key.name)
+        {
             carriers.recorded_replicas = orig.deployment_replicas;
             carriers.raised_by_override = orig
                 .deployment_replicas

@@ -61,6 +61,10 @@ impl OwnerRecord {
 pub struct Original {
     /// The spec fields the override changed and their values before it (`null`: absent).
     pub spec: BTreeMap<String, Option<i32>>,
+    /// The Deployment the autoscaler scaled when the override was applied, whose replicas
+    /// `deployment_replicas` are (absent from records written before Moonin kept it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
     /// The Deployment's `spec.replicas` when the override was applied.
     pub deployment_replicas: Option<i32>,
 }

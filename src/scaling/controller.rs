@@ -25,7 +25,7 @@ use kube::{
 };
 use tokio::sync::Notify;
 
-use super::commit::{self, CONTROLLER, CommitError, Writer};
+use super::commit::{CONTROLLER, CommitError, Writer};
 use super::decide::{self, AutoscalerKind, TargetKey};
 use super::index::{Index, hpa_target, owner_uid, scaled_object_target};
 use super::load::{self, Stores, Template};
@@ -198,7 +198,7 @@ fn behind_own_writes<T: Template>(tpl: &T, snap: &decide::Snapshot, own: &OwnWri
             .iter()
             .any(|d| own.behind("Deployment", ns, &d.name, &d.resource_version))
             || t.autoscalers.iter().any(|a| {
-                let kind = commit::kind_name(a.kind.into());
+                let kind = decide::ObjectKind::from(a.kind).as_str();
                 own.behind(kind, ns, &a.name, &a.resource_version)
             })
     })

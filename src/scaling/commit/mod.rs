@@ -117,7 +117,8 @@ impl Writer {
             return Err(CommitError::NotLeader);
         }
         let ns = op.namespace.as_str();
-        let (kind, result) = match &op.write {
+        let kind = op.write.object_kind().as_str();
+        let result = match &op.write {
             Write::Patch { kind, ops } => {
                 let patch: json_patch::Patch =
                     match serde_json::from_value(Value::Array(ops.clone())) {
@@ -125,8 +126,7 @@ impl Writer {
                         Err(e) => return Ok(Err(format!("internal error building a patch: {e}"))),
                     };
                 let params = Self::params(op.restores);
-                let written = self.patch(*kind, ns, &op.name, patch, &params).await;
-                (kind_name(*kind), written)
+                self.patch(*kind, ns, &op.name, patch, &params).await
             }
             Write::CreateHpa(obj) => {
                 let hpa: HorizontalPodAutoscaler = match serde_json::from_value(obj.clone()) {
@@ -144,10 +144,10 @@ impl Writer {
                 if matches!(&created, Err(kube::Error::Api(s)) if s.reason == "AlreadyExists")
                     && let Some(why) = self.name_taken(ns, &hpa).await
                 {
-                    self.metrics.wrote(CONTROLLER, "HorizontalPodAutoscaler");
+                    self.metrics.wrote(CONTROLLER, kind);
                     return Ok(Err(why));
                 }
-                ("HorizontalPodAutoscaler", created)
+                created
             }
             Write::DeleteHpa {
                 uid,
@@ -163,13 +163,10 @@ impl Writer {
                 let r = Api::<HorizontalPodAutoscaler>::namespaced(self.client.clone(), ns)
                     .delete(&op.name, &dp)
                     .await;
-                (
-                    "HorizontalPodAutoscaler",
-                    match r {
-                        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                        other => other.map(|_| ()),
-                    },
-                )
+                match r {
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                    other => other.map(|_| ()),
+                }
             }
         };
         self.metrics.wrote(CONTROLLER, kind);
@@ -245,7 +242,7 @@ impl Writer {
             ObjectKind::Deployment => patch_meta::<Deployment>(client, ns, name, p, &patch).await,
         }?;
         let rv = meta.resource_version.as_deref();
-        self.own.record(kind_name(kind), ns, name, rv);
+        self.own.record(kind.as_str(), ns, name, rv);
         Ok(())
     }
 
@@ -574,15 +571,6 @@ where
 {
     let api = Api::<K>::namespaced(client, ns);
     Ok(api.patch_metadata(name, params, patch).await?.metadata)
-}
-
-/// The kind an op's patch goes to, as [`OwnWrites`] and the caches name it.
-pub fn kind_name(kind: ObjectKind) -> &'static str {
-    match kind {
-        ObjectKind::Hpa => "HorizontalPodAutoscaler",
-        ObjectKind::ScaledObject => "ScaledObject",
-        ObjectKind::Deployment => "Deployment",
-    }
 }
 
 /// A write in a few words for the debug log: the patch's paths and values (its tests

@@ -2,7 +2,7 @@
 //! each Event on the object written.
 
 use super::{CommitError, Writer};
-use crate::scaling::decide::{EventNote, ObjectKind, Op, Write};
+use crate::scaling::decide::{EventNote, Op};
 
 impl Writer {
     /// Performs sweep ops (owner template gone), target by target; Events go to the object
@@ -32,20 +32,10 @@ impl Writer {
 
     /// The Event of a swept write, on the object written.
     async fn publish_swept(&self, op: &Op, note: &EventNote) {
-        let (api_version, kind) = match &op.write {
-            Write::Patch {
-                kind: ObjectKind::Deployment,
-                ..
-            } => ("apps/v1", "Deployment"),
-            Write::Patch {
-                kind: ObjectKind::ScaledObject,
-                ..
-            } => ("keda.sh/v1alpha1", "ScaledObject"),
-            _ => ("autoscaling/v2", "HorizontalPodAutoscaler"),
-        };
+        let kind = op.write.object_kind();
         let regarding = k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some(api_version.to_string()),
-            kind: Some(kind.to_string()),
+            api_version: Some(kind.api_version().to_string()),
+            kind: Some(kind.as_str().to_string()),
             namespace: Some(op.namespace.clone()),
             name: Some(op.name.clone()),
             ..Default::default()

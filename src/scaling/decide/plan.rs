@@ -18,6 +18,26 @@ pub enum ObjectKind {
     Deployment,
 }
 
+impl ObjectKind {
+    /// The Kubernetes kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::Hpa => "HorizontalPodAutoscaler",
+            ObjectKind::ScaledObject => "ScaledObject",
+            ObjectKind::Deployment => "Deployment",
+        }
+    }
+
+    /// Its API group and version.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            ObjectKind::Hpa => "autoscaling/v2",
+            ObjectKind::ScaledObject => "keda.sh/v1alpha1",
+            ObjectKind::Deployment => "apps/v1",
+        }
+    }
+}
+
 impl From<AutoscalerKind> for ObjectKind {
     fn from(k: AutoscalerKind) -> Self {
         match k {
@@ -46,6 +66,16 @@ pub enum Write {
         /// resourceVersion precondition.
         resource_version: String,
     },
+}
+
+impl Write {
+    /// The kind of the object written.
+    pub fn object_kind(&self) -> ObjectKind {
+        match self {
+            Write::Patch { kind, .. } => *kind,
+            Write::CreateHpa(_) | Write::DeleteHpa { .. } => ObjectKind::Hpa,
+        }
+    }
 }
 
 /// A write to one object, on behalf of one action, and the Event to publish once it

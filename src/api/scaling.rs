@@ -15,7 +15,9 @@ pub struct WindowSpec {
     pub suspend: bool,
     /// A standard 5-field cron expression with the same meaning as a CronJob's `schedule`
     /// (names, ranges, steps, and macros such as `@daily` are accepted). Each fire time opens
-    /// a window of `duration`.
+    /// a window of `duration`; a fire while a window is open starts the next one at once: the
+    /// override stays, the window ends `duration` after that fire, and `status.executions`
+    /// records a new execution (re-applies are counted afresh).
     #[schemars(length(min = 1, max = 256))]
     pub schedule: String,
     /// IANA time zone the schedule is read in, for example `Europe/Madrid`. Defaults to UTC.

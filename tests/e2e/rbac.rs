@@ -1,9 +1,9 @@
 //! RBAC proven, not assumed: each controller, run with `config/rbac` minus its own role,
 //! fails clearly (a log line and `/readyz`, hence the Pod's `Ready` condition, naming the
-//! missing permission), and the manager without discovery needs none of discovery's
-//! permissions.
+//! missing permission) and recovers once allowed, on a quiet kind too, and the manager
+//! without discovery needs none of discovery's permissions.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -127,5 +127,95 @@ async fn without_discovery_nothing_needs_its_permissions() {
     assert!(
         missing_permission_lines(&log).is_empty() && !log.contains("is forbidden: User"),
         "{log}"
+    );
+}
+
+/// A ClusterRole named `name` with `rules` (YAML), bound to `user`'s ServiceAccount in `ns`.
+fn grant(ns: &mut TestNamespace, name: &str, rules: &str) {
+    let name = format!("{}-{name}", ns.name);
+    let yaml = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {name}\nrules:\n{rules}---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {name}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: {name}\nsubjects:\n  - kind: ServiceAccount\n    name: moonin\n    namespace: {}\n",
+        ns.name
+    );
+    let file = std::env::temp_dir().join(format!("moonin-e2e-{name}.yaml"));
+    std::fs::write(&file, yaml).expect("write role");
+    harness::kubectl_apply(&file, None);
+    ns.cluster_objects.push(format!("clusterrole/{name}"));
+    ns.cluster_objects
+        .push(format!("clusterrolebinding/{name}"));
+}
+
+#[tokio::test]
+async fn a_watch_refused_after_its_list_recovers_once_allowed_on_a_quiet_kind() {
+    let client = require_cluster!();
+    let _serial = harness::serial().await;
+    harness::install_crds(&client).await;
+    let mut ns = TestNamespace::new(&client, "rbac-watch").await;
+    // The scaling role, but its templates may be listed and not watched: the cache syncs,
+    // then each start of the watch is refused.
+    let user = ns.grant_rbac_except("config/rbac", &["scaling_role.yaml"]);
+    let role = std::fs::read_to_string(crate::common::root().join("config/rbac/scaling_role.yaml"))
+        .expect("scaling role");
+    let rules = crate::common::yaml_documents(&role).expect("role yaml")[0]["rules"].clone();
+    let mut rules = rules.as_array().expect("rules").clone();
+    for r in &mut rules {
+        if r["resources"][0] == "scalingtemplates" {
+            let verbs = r["verbs"].as_array_mut().expect("verbs");
+            verbs.retain(|v| v != "watch");
+        }
+    }
+    let listing = crate::common::to_yaml(&Value::Array(rules));
+    grant(&mut ns, "scaling-no-watch", &listing);
+    let kubeconfig = harness::impersonating_kubeconfig(&user);
+    let manager = Manager::start(
+        &kubeconfig,
+        &format!("rbac-{}", ns.name),
+        &["--namespace", &ns.name, "--controllers", "scaling"],
+    )
+    .await;
+    let refused = |l: &str| l.contains("cannot watch resource \"scalingtemplates\"");
+    let body = wait_for(
+        "/readyz naming `watch scalingtemplates`",
+        Duration::from_secs(30),
+        || async {
+            let (code, body) = manager.get("/readyz")?;
+            (code == 503 && body.lines().any(refused)).then_some(body)
+        },
+    )
+    .await;
+    assert!(
+        !body.contains("cannot list"),
+        "only the watch is refused: {body}"
+    );
+
+    // Allowed again. No template is created: the watch, once it starts again, has nothing
+    // to deliver, so no event can clear the refusal. It is over 70 s after the last one,
+    // which came before the retry that got through.
+    let allowed = Instant::now();
+    grant(
+        &mut ns,
+        "scaling-watch",
+        "  - apiGroups: [\"moonin.io\"]\n    resources: [\"scalingtemplates\", \"clusterscalingtemplates\"]\n    verbs: [\"watch\"]\n",
+    );
+    wait_for(
+        "/readyz 200 without any template event",
+        Duration::from_secs(150),
+        || async { (manager.get("/readyz")? == (200, "ok".to_string())).then_some(()) },
+    )
+    .await;
+    let took = allowed.elapsed();
+    let log = manager.log_text();
+    assert!(log.contains("permission granted again"), "{log}");
+    assert_eq!(
+        missing_permission_lines(&log)
+            .iter()
+            .filter(|v| v["fields"]["permission"].as_str().is_some_and(refused))
+            .count(),
+        1,
+        "the refusal logged once, however often the watch was retried: {log}"
+    );
+    eprintln!(
+        "ready {:.0} s after the watch was allowed",
+        took.as_secs_f64()
     );
 }

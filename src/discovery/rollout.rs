@@ -1,7 +1,7 @@
 //! How the rollout a recorded change started ends, decided purely from the Deployment as it
 //! is now and the workload's later records: `Complete` once every replica of its revision is
-//! updated and available, `Failed` when the Deployment reports `ProgressDeadlineExceeded` or
-//! a `ReplicaFailure`, `Superseded` when a newer change came first, `RolledBack` when that
+//! updated and available, `Failed` when the Deployment, having observed its spec, reports
+//! `ProgressDeadlineExceeded` or a `ReplicaFailure` that came after the change, `Superseded` when a newer change came first, `RolledBack` when that
 //! newer change put back the images this one replaced. An outcome is final: a record that
 //! has one is not looked at again.
 
@@ -74,7 +74,15 @@ pub fn outcome(
         // A newer revision that is not recorded yet: its record settles this one.
         return None;
     }
-    if let Some(why) = failure(d) {
+    // Until the controller has observed the spec, its conditions are the last rollout's (the
+    // revision of a rollback to an existing ReplicaSet is written before them).
+    if d.observed_generation < d.generation {
+        return None;
+    }
+    // The rollout began when its template was written (by the API server's clock, as the
+    // controller's conditions are), or, when that is not known, when it was recorded.
+    let began = d.template_changed.unwrap_or(r.observed_at);
+    if let Some(why) = failure(d, began) {
         return Some(Outcome {
             outcome: outcomes::FAILED,
             message: why,
@@ -101,9 +109,20 @@ fn rolls_back(changed: &[ImageChange], next: &[ImageChange]) -> bool {
         })
 }
 
-/// `Reason: message` of a failed rollout.
-fn failure(d: &DeploymentView) -> Option<String> {
-    let c = d.conditions.iter().find(|c| fails_rollout(c))?;
+/// `Reason: message` of a failed rollout that began at `since`. A failure reported before
+/// it is an earlier rollout's: the Deployment controller keeps `ProgressDeadlineExceeded`
+/// (and a `ReplicaFailure`) through a rollback until the rollback makes progress. The times
+/// are whole seconds: a deadline, at least a second long, ends in a later second than the
+/// one its rollout began in, while a refused Pod may be reported in that very second.
+fn failure(d: &DeploymentView, since: Timestamp) -> Option<String> {
+    let since = Timestamp::from_second(since.as_second()).unwrap_or(since);
+    let c = d.conditions.iter().find(|c| {
+        fails_rollout(c)
+            && c.updated.is_none_or(|at| {
+                let deadline = c.type_ == PROGRESSING;
+                at > since || (!deadline && at == since)
+            })
+    })?;
     let reason = c.reason.clone().unwrap_or_else(|| c.type_.clone());
     Some(match &c.message {
         Some(m) if !m.is_empty() => format!("{reason}: {m}"),

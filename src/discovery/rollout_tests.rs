@@ -57,6 +57,7 @@ fn cond(type_: &str, status: &str, reason: &str, message: &str) -> Cond {
         status: status.into(),
         reason: Some(reason.into()),
         message: Some(message.into()),
+        updated: None,
     }
 }
 
@@ -123,6 +124,82 @@ fn a_rollout_fails_on_the_progress_deadline_or_a_replica_failure() {
     assert_eq!(
         outcome(&r, None, &quota, at(1)).map(|o| (o.outcome, o.message)),
         Some((outcomes::FAILED, "FailedCreate: exceeded quota".to_string()))
+    );
+}
+
+/// A rollback to a ReplicaSet that still exists: the Deployment controller writes the
+/// revision first, with the failed rollout's conditions and generation still observed, and
+/// then, having observed the rollback, keeps the failed rollout's `ProgressDeadlineExceeded`
+/// until the rollback makes progress. The rollback is judged on its own rollout.
+#[test]
+fn a_rollback_after_a_failed_rollout_is_not_judged_on_its_conditions() {
+    let r = rec("web-r3", 3, 10, vec![image("web:2", "web:1")]);
+    let reported = |minute| {
+        let mut c = cond(
+            "Progressing",
+            "False",
+            "ProgressDeadlineExceeded",
+            "ReplicaSet \"web-7c\" has timed out progressing.",
+        );
+        c.updated = Some(at(minute));
+        c
+    };
+    let mut quota = cond("ReplicaFailure", "True", "FailedCreate", "exceeded quota");
+    quota.updated = Some(at(8));
+    let mut revised = web(3, 1, vec![reported(9), quota.clone()]);
+    revised.generation = 5;
+    assert_eq!(
+        outcome(&r, None, &revised, at(11)),
+        None,
+        "not observed yet"
+    );
+    revised.observed_generation = 5;
+    assert_eq!(
+        outcome(&r, None, &revised, at(11)),
+        None,
+        "observed, with the failed rollout's conditions"
+    );
+    let mut observed = web(
+        3,
+        3,
+        vec![cond("Progressing", "True", "NewReplicaSetAvailable", "")],
+    );
+    observed.generation = 5;
+    observed.observed_generation = 5;
+    assert_eq!(
+        outcome(&r, None, &observed, at(2)).map(|o| o.outcome),
+        Some(outcomes::COMPLETE)
+    );
+    // And a rollback that fails in its turn fails.
+    let mut stuck = web(3, 0, vec![reported(20)]);
+    stuck.generation = 5;
+    stuck.observed_generation = 5;
+    assert_eq!(
+        outcome(&r, None, &stuck, at(21)).map(|o| o.outcome),
+        Some(outcomes::FAILED)
+    );
+    // In the second the rollback began: an earlier deadline's, a refused Pod's own.
+    let mut same_second = web(3, 0, vec![reported(10)]);
+    same_second.generation = 5;
+    same_second.observed_generation = 5;
+    assert_eq!(outcome(&r, None, &same_second, at(21)), None);
+    let mut quota_now = cond("ReplicaFailure", "True", "FailedCreate", "exceeded quota");
+    quota_now.updated = Some(at(10));
+    same_second.conditions = vec![quota_now];
+    assert_eq!(
+        outcome(&r, None, &same_second, at(21)).map(|o| o.outcome),
+        Some(outcomes::FAILED)
+    );
+    let mut refused = web(3, 0, vec![quota]);
+    refused.generation = 5;
+    refused.observed_generation = 5;
+    assert_eq!(outcome(&r, None, &refused, at(21)), None);
+    // The rollout began when its template was written, which may be before it was recorded
+    // (the manager down meanwhile): a failure between the two is its own.
+    refused.template_changed = Some(at(7));
+    assert_eq!(
+        outcome(&r, None, &refused, at(21)).map(|o| o.outcome),
+        Some(outcomes::FAILED)
     );
 }
 

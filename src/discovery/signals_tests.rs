@@ -31,6 +31,7 @@ fn cond(type_: &str, status: &str, reason: &str) -> Cond {
         status: status.into(),
         reason: Some(reason.into()),
         message: Some("changes every time".into()),
+        updated: None,
     }
 }
 
@@ -128,6 +129,7 @@ fn a_condition_without_reason_still_signals() {
         status: "False".into(),
         reason: None,
         message: None,
+        updated: None,
     }];
     assert_eq!(signals_of(&d), vec!["Unavailable"]);
 }

@@ -115,6 +115,8 @@ pub struct Cond {
     pub reason: Option<String>,
     /// Message.
     pub message: Option<String>,
+    /// When it last changed (`lastUpdateTime`, or else `lastTransitionTime`).
+    pub updated: Option<Timestamp>,
 }
 
 /// A Deployment, as the inventory and the revision log read it.
@@ -163,6 +165,8 @@ pub struct DeploymentView {
     /// managedFields entry with the newest time among those owning a template field; on a
     /// tie, times having one-second resolution, an `Apply` over an `Update`).
     pub template_manager: Option<String>,
+    /// The time of that update (the API server's clock, whole seconds).
+    pub template_changed: Option<Timestamp>,
     /// `(container, manager)`: who owns each container's `image` field, i.e. who set the
     /// image it has now.
     pub image_managers: Vec<(String, String)>,
@@ -178,7 +182,7 @@ pub fn deployment(d: &Deployment) -> DeploymentView {
         .collect();
     replicas_managers.sort();
     replicas_managers.dedup();
-    let template_manager = field_manager::spec_owners(&d.metadata, "template")
+    let (template_changed, template_manager) = field_manager::spec_owners(&d.metadata, "template")
         .filter_map(|m| {
             Some((
                 m.time.as_ref().map(|t| t.0),
@@ -187,7 +191,7 @@ pub fn deployment(d: &Deployment) -> DeploymentView {
             ))
         })
         .max_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)))
-        .map(|(_, _, m)| m);
+        .map_or((None, None), |(at, _, m)| (at, Some(m)));
     let image_managers = image_owners(d);
     let helm = d
         .labels()
@@ -228,6 +232,11 @@ pub fn deployment(d: &Deployment) -> DeploymentView {
                 status: c.status.clone(),
                 reason: c.reason.clone(),
                 message: c.message.clone(),
+                updated: c
+                    .last_update_time
+                    .as_ref()
+                    .or(c.last_transition_time.as_ref())
+                    .map(|t| t.0),
             })
             .collect(),
         helm_release: helm
@@ -235,6 +244,7 @@ pub fn deployment(d: &Deployment) -> DeploymentView {
             .flatten(),
         replicas_managers,
         template_manager,
+        template_changed,
         image_managers,
     }
 }

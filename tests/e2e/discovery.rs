@@ -481,7 +481,9 @@ async fn inventory_revisions_cron_runs_and_hazards() {
     )
     .await;
     assert!(notes.iter().any(|n| n.contains(&suspect)), "{notes:?}");
-    // Put api back (a rollback of the stuck change) for what follows.
+    // Put api back (a rollback of the stuck change, to the ReplicaSet of 3.1). The Deployment
+    // controller writes the rollback's revision before its conditions, which still say the
+    // stuck rollout timed out: the rollback's record is judged on its own rollout.
     apply_image(
         &rig,
         "e2e-deployer",
@@ -491,6 +493,27 @@ async fn inventory_revisions_cron_runs_and_hazards() {
         json!({}),
     )
     .await;
+    let rollback = wait_for(
+        "the rollback's record judged",
+        Duration::from_secs(90),
+        || async {
+            revisions(&rig, "api").await.into_iter().find(|r| {
+                r.spec.images.iter().any(|i| {
+                    i.from.as_deref() == Some("registry.example/api:3.1-broken")
+                        && i.to.as_deref() == Some("registry.example/api:3.1")
+                }) && r.status.as_ref().is_some_and(|s| s.outcome.is_some())
+            })
+        },
+    )
+    .await;
+    let status = rollback.status.clone().unwrap_or_default();
+    assert_eq!(
+        status.outcome.as_deref(),
+        Some("Complete"),
+        "{:?}: {:?}",
+        rollback.name_any(),
+        status.outcome_message
+    );
 
     // A CronJob's runs are recorded and outlive their Jobs.
     let cron_jobs: Api<CronJob> = Api::namespaced(client.clone(), rig.ns());

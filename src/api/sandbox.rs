@@ -595,6 +595,9 @@ pub mod reasons {
     /// Pool `Ready=False`: the API server refused a Pod built from `spec.template`
     /// (an invalid template, a quota, an admission webhook); the message quotes it.
     pub const POD_CREATE_FAILED: &str = "PodCreateFailed";
+    /// Pool Warning Event: the API server refused a bind, a release or a delete of one of its
+    /// Pods (an admission policy or webhook on Pods); retried with backoff.
+    pub const POD_WRITE_REFUSED: &str = "PodWriteRefused";
     /// Claim `Ready=False`: its `poolRef` names no SandboxPool in the namespace.
     pub const POOL_NOT_FOUND: &str = "PoolNotFound";
     /// Claim `Ready=False`: its `envRef` (and group) has no Pool in this cluster.

@@ -57,6 +57,8 @@ pub struct PodWrites {
     pub create_error: Option<String>,
     /// When to try a create again.
     pub create_retry: Option<Duration>,
+    /// When to try the binds, releases and deletes again after a refusal.
+    pub write_retry: Option<Duration>,
     /// Leadership was lost midway: nothing more was written.
     pub lost_leadership: bool,
 }
@@ -69,6 +71,9 @@ const POD_WRITERS: usize = 16;
 /// creates beside them. Refused creates (a template the API server rejects, a quota, a
 /// terminating namespace) back off per Pool: while a refusal is waited out no create is
 /// sent, and the first create of a round goes alone, so one refusal stands for the rest.
+/// Refused binds, releases and deletes (an admission policy or webhook on Pods) back off
+/// per Pool too, each counted refusal logged and published as a `PodWriteRefused` Event;
+/// a write that lost a race is no refusal.
 pub async fn pod_ops(
     ctx: &Shared,
     pool: &SandboxPool,
@@ -98,13 +103,39 @@ pub async fn pod_ops(
             })
             .collect(),
     };
+    // Binds, releases and deletes wait out a refusal of theirs as creates do.
+    let refused = &ctx.memory.refused_writes;
+    let held = if others.is_empty() {
+        refused.succeeded(key);
+        None
+    } else {
+        refused.waiting(key, generation, now.mono)
+    };
+    let others = if held.is_some() { Vec::new() } else { others };
     let (done, made) = futures::join!(writer.each(&others), writer.creates(&names));
     let mut writes = PodWrites {
         retry: done.retry,
         lost_leadership: done.lost_leadership || made.lost_leadership,
         create_error: waiting.as_ref().map(|w| w.message.clone()),
         create_retry: waiting.as_ref().map(|w| w.remaining),
+        write_retry: held.map(|w| w.remaining),
     };
+    match done.refused {
+        Some(message) => {
+            let step = refused.failed(key, generation, now.mono, &message);
+            if step.counted {
+                tracing::warn!(pool = %key, error = %message, retry_in_seconds = step.wait.as_secs(), "the API server refused a sandbox Pod write");
+                let note = format!("{message}; retrying in {} s", step.wait.as_secs());
+                let pool_ref = pool.object_ref(&());
+                ctx.writer
+                    .event(&pool_ref, true, reasons::POD_WRITE_REFUSED, &note)
+                    .await;
+            }
+            writes.write_retry = Some(step.wait);
+        }
+        None if !others.is_empty() && !done.retry => refused.succeeded(key),
+        None => {}
+    }
     match made.refused {
         Some(message) => {
             let step = backoff.failed(key, generation, now.mono, &message);
@@ -129,9 +160,13 @@ struct Batch {
     lost_leadership: bool,
     /// A Pod was created.
     created: bool,
-    /// The API server's message for a refused create.
+    /// The API server's message for a refused write (the first of the batch).
     refused: Option<String>,
 }
+
+/// Whether a guarded write went through (false: it lost a race; retry soon from fresh
+/// caches), or the API server refused it: what was refused, and its message.
+type Written = Result<bool, String>;
 
 /// The Pod writes of one Pool reconcile. Each is one guarded write; a method answers
 /// whether it went through (false: retry soon).
@@ -163,26 +198,29 @@ impl<'a> PodWriter<'a> {
     /// is sent only while this replica leads.
     async fn each(&self, ops: &[&PodOp]) -> Batch {
         let sends: Vec<_> = ops.iter().map(|op| self.apply(op)).collect();
-        let results: Vec<Option<bool>> = futures::stream::iter(sends)
+        let results: Vec<Option<Written>> = futures::stream::iter(sends)
             .buffer_unordered(POD_WRITERS)
             .collect()
             .await;
         Batch {
-            retry: results.contains(&Some(false)),
+            retry: results
+                .iter()
+                .any(|r| matches!(r, Some(Ok(false) | Err(_)))),
             lost_leadership: results.iter().any(Option::is_none),
+            refused: results.into_iter().find_map(|r| r?.err()),
             ..Batch::default()
         }
     }
 
     /// One bind, release or delete; whether it went through (none: not sent, this replica
     /// no longer leads).
-    async fn apply(&self, op: &PodOp) -> Option<bool> {
+    async fn apply(&self, op: &PodOp) -> Option<Written> {
         if !self.ctx.writer.is_leader() {
             return None;
         }
         let done = match op {
             // Creates go through [`Self::creates`].
-            PodOp::Create(_) => true,
+            PodOp::Create(_) => Ok(true),
             PodOp::Bind {
                 pod,
                 resource_version,
@@ -274,7 +312,7 @@ impl<'a> PodWriter<'a> {
     /// A bind, in two guarded writes: the Pod moves from idle to claimed (its
     /// resourceVersion tested, so two claims never get one Pod), then the claim's status
     /// names the Pod.
-    async fn bind(&self, pod: &str, resource_version: &str, ip: &str, held: ClaimRef) -> bool {
+    async fn bind(&self, pod: &str, resource_version: &str, ip: &str, held: ClaimRef) -> Written {
         let (claim, claim_uid) = &held;
         let patch = json_patch(json!([
             {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
@@ -293,11 +331,8 @@ impl<'a> PodWriter<'a> {
                 in_flight.pod_bound(self.key, pod, held.clone(), self.now.mono);
                 self.bind_claim(&held, pod, Some(ip.to_string())).await
             }
-            Err(e) if is_conflict(&e) => false,
-            Err(e) => {
-                tracing::warn!(pool = %self.key, %pod, error = %brief(&e), "binding refused");
-                false
-            }
+            Err(e) if is_conflict(&e) => Ok(false),
+            Err(e) => Err(format!("binding Pod {pod} to claim {claim}: {}", brief(&e))),
         }
     }
 
@@ -307,21 +342,21 @@ impl<'a> PodWriter<'a> {
     /// Env's group, planning from a cache that still showed it Pending, may have bound it
     /// first (the guard alone would pass if this Pool's cache showed that bind already);
     /// the Pod this Pool marked for it is then freed at its next pass.
-    async fn bind_claim(&self, held: &ClaimRef, pod: &str, ip: Option<String>) -> bool {
+    async fn bind_claim(&self, held: &ClaimRef, pod: &str, ip: Option<String>) -> Written {
         let (ctx, ns, now) = (self.ctx, self.ns.as_str(), self.now);
         let (claim, uid) = (held.0.as_str(), held.1.as_str());
         // The freshest cached claim: its resourceVersion guards the write, and the claim
         // reconciler may have written its status since Load.
         let Some(c) = ctx.stores.claims.get(&ObjectRef::new(claim).within(ns)) else {
             // Deleted meanwhile: the pool releases the Pod.
-            return true;
+            return Ok(true);
         };
         if c.uid().as_deref() != Some(uid) {
             // Deleted and made again under its name: the pool releases the Pod.
-            return true;
+            return Ok(true);
         }
         if !load::claim_view(&c).pending() {
-            return false;
+            return Ok(false);
         }
         let seen = ctx.memory.first_seen.take(uid);
         let start = pool::wait_start(seen, c.creation_timestamp().map(|t| t.0), now.wall);
@@ -334,14 +369,14 @@ impl<'a> PodWriter<'a> {
         });
         ctx.writer.wrote("SandboxClaim/status");
         let api = ctx.writer.api::<SandboxClaim>(ns);
-        if let Err(e) = api
+        match api
             .patch_status(claim, &params(field_manager::SANDBOX), &Patch::Merge(&body))
             .await
         {
-            if !is_conflict(&e) {
-                tracing::warn!(%claim, error = %brief(&e), "claim status write failed; the next reconcile finishes it");
-            }
-            return false;
+            Ok(_) => {}
+            Err(e) if is_conflict(&e) => return Ok(false),
+            // The Pod is claimed: the next reconcile finishes the bind (`FinishBind`).
+            Err(e) => return Err(format!("writing claim {claim}'s status: {}", brief(&e))),
         }
         ctx.memory
             .in_flight
@@ -350,11 +385,11 @@ impl<'a> PodWriter<'a> {
         ctx.writer
             .event(&c.object_ref(&()), false, "Bound", &note)
             .await;
-        true
+        Ok(true)
     }
 
     /// Returns a claimed Pod to idle (guarded by its resourceVersion).
-    async fn unclaim(&self, pod: &str, resource_version: &str) -> bool {
+    async fn unclaim(&self, pod: &str, resource_version: &str) -> Written {
         let patch = json_patch(json!([
             {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
             {"op": "add", "path": "/metadata/labels/moonin.io~1state", "value": keys::IDLE},
@@ -366,14 +401,15 @@ impl<'a> PodWriter<'a> {
             .pods
             .patch(pod, &params(field_manager::SANDBOX), &patch)
             .await;
-        if let Err(e) = &result {
-            tracing::debug!(pool = %self.key, %pod, error = %brief(e), "unclaim refused; retrying");
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) if is_conflict(&e) => Ok(false),
+            Err(e) => Err(format!("returning Pod {pod} to idle: {}", brief(&e))),
         }
-        result.is_ok()
     }
 
     /// Deletes a Pod with UID and resourceVersion preconditions.
-    async fn delete(&self, pod: &str, uid: &str, resource_version: &str) -> bool {
+    async fn delete(&self, pod: &str, uid: &str, resource_version: &str) -> Written {
         self.ctx.writer.wrote("Pod");
         match self
             .pods
@@ -382,14 +418,12 @@ impl<'a> PodWriter<'a> {
         {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => {
-                tracing::debug!(pool = %self.key, %pod, error = %brief(&e), "delete refused; retrying");
-                return false;
-            }
+            Err(e) if is_conflict(&e) => return Ok(false),
+            Err(e) => return Err(format!("deleting Pod {pod}: {}", brief(&e))),
         }
         let in_flight = &self.ctx.memory.in_flight;
         in_flight.deleted(self.key, pod, uid, self.now.mono);
-        true
+        Ok(true)
     }
 }
 

@@ -214,6 +214,16 @@ impl PoolLoad {
     }
 }
 
+/// Whether `pool` is the Pod's controller. The label alone is not enough: the Pods of a
+/// Pool deleted and created again under its name carry the label until the garbage
+/// collector deletes them, and a Pod anyone labels is not the Pool's to hand out.
+fn controlled_by(pod: &Pod, pool: &SandboxPool) -> bool {
+    let uid = pool.uid();
+    pod.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
+}
+
 /// Load of one Pool: its Pods and claims from the caches, the writes in flight, and (in a
 /// scaling group) the autoscaler's snapshot. Call it holding the group's turn
 /// ([`group_key`]): siblings' sizes are read here.
@@ -229,6 +239,7 @@ pub fn pool(stores: &Stores, memory: &Memory, pool: &SandboxPool) -> PoolLoad {
         .filter(|p| {
             p.namespace().as_deref() == Some(ns.as_str())
                 && p.labels().get(keys::POOL) == Some(&name)
+                && controlled_by(p, pool)
         })
         .collect();
     let mut views: Vec<PodView> = pods.iter().map(|p| pod_view(p)).collect();
@@ -464,6 +475,10 @@ mod tests {
                 "name": name, "namespace": "ns", "uid": format!("{name}-uid"),
                 "resourceVersion": "1", "labels": { keys::POOL: "p" },
                 "annotations": annotations,
+                "ownerReferences": [{
+                    "apiVersion": "moonin.io/v1alpha1", "kind": "SandboxPool", "name": "p",
+                    "uid": "p-uid", "controller": true,
+                }],
             },
             "status": {
                 "podIP": "10.0.0.1",
@@ -478,7 +493,7 @@ mod tests {
         // The autoscaler lowered the Pool from 3 to 2 and deleted its marked Pod `a`; the
         // next reconcile comes before the Pod cache shows the delete.
         let pool: SandboxPool = serde_json::from_value(json!({
-            "metadata": { "name": "p", "namespace": "ns" },
+            "metadata": { "name": "p", "namespace": "ns", "uid": "p-uid" },
             "spec": { "replicas": 2, "template": {} },
         }))
         .expect("pool");
@@ -520,7 +535,7 @@ mod tests {
     fn a_bound_claim_keeps_its_pod_when_its_pool_leaves_the_claims_group() {
         let pool: SandboxPool = serde_json::from_value(json!({
             "metadata": {
-                "name": "p", "namespace": "ns",
+                "name": "p", "namespace": "ns", "uid": "p-uid",
                 "ownerReferences": [{
                     "apiVersion": "moonin.io/v1alpha1", "kind": "SandboxEnv", "name": "e",
                     "uid": "e-uid", "controller": true,

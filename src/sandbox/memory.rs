@@ -44,6 +44,9 @@ pub struct Memory {
     pub refusals: Backoff,
     /// Pod creates a Pool's template drew refusals for, per Pool (`ns/name`).
     pub refused_creates: Backoff,
+    /// Binds, releases and deletes of a Pool's Pods the API server refused (an admission
+    /// policy or webhook on Pods), per Pool (`ns/name`).
+    pub refused_writes: Backoff,
 }
 
 /// The lock of `m`, also after a panic elsewhere left it poisoned: every value guarded here

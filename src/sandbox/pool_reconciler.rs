@@ -155,9 +155,12 @@ async fn report(
             .unwrap_or(Duration::ZERO)
             .clamp(SOONEST, next_look);
     }
-    if retry {
-        Action::requeue(RETRY)
-    } else {
-        Action::requeue(writes.create_retry.map_or(next_look, |r| r.min(next_look)))
+    // A refusal waits out its backoff; anything else that must be tried again, a moment.
+    let refusals = [writes.create_retry, writes.write_retry];
+    let backoff = refusals.into_iter().flatten().min();
+    match backoff {
+        Some(wait) if writes.write_retry.is_some() => Action::requeue(wait.min(next_look)),
+        _ if retry => Action::requeue(RETRY),
+        _ => Action::requeue(backoff.map_or(next_look, |r| r.min(next_look))),
     }
 }

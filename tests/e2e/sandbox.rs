@@ -11,16 +11,16 @@ use std::{
 };
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceQuota};
 use kube::{
     Api, ResourceExt,
-    api::{DeleteParams, ListParams, PostParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     runtime::watcher,
 };
 use moonin::api::sandbox::{SandboxClaim, SandboxEnv, SandboxPool};
 use serde_json::{Value, json};
 
-use crate::harness::wait_for;
+use crate::harness::{Refusal, wait_for};
 use crate::require_cluster;
 use crate::scaling::Rig;
 
@@ -369,6 +369,71 @@ async fn bound_count(rig: &Rig) -> usize {
         .iter()
         .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
         .count()
+}
+
+/// A Pod that carries a Pool's label but another controller (here a ConfigMap; in life the
+/// Pods of a Pool deleted and created again under its name, until the garbage collector
+/// deletes them) is not the Pool's: it neither counts as one of its replicas nor goes to
+/// a claim.
+#[tokio::test]
+async fn a_pod_with_the_pools_label_and_another_owner_is_not_the_pools() {
+    let client = require_cluster!();
+    let rig = Rig::with_args(client, "sbx-stray", &["--controllers", "sandbox"]).await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(rig.client.clone(), rig.ns());
+    let owner: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "owner"}})).expect("configmap");
+    let owner = config_maps
+        .create(&PostParams::default(), &owner)
+        .await
+        .expect("configmap");
+    let pod_api: Api<Pod> = Api::namespaced(rig.client.clone(), rig.ns());
+    let stray: Pod = serde_json::from_value(json!({
+        "metadata": {
+            "name": "stray",
+            "labels": {"moonin.io/pool": "st-a", "app": "sandbox"},
+            "ownerReferences": [{
+                "apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+                "uid": owner.uid().expect("uid"), "controller": true,
+            }],
+        },
+        "spec": {"containers": [{"name": "sandbox", "image": "registry.example/sandbox:1"}]},
+    }))
+    .expect("pod");
+    pod_api
+        .create(&PostParams::default(), &stray)
+        .await
+        .expect("stray pod");
+    wait_for("the stray Pod Ready", Duration::from_secs(30), || async {
+        let p = pod_api.get("stray").await.ok()?;
+        p.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    let envs: Api<SandboxEnv> = Api::namespaced(rig.client.clone(), rig.ns());
+    envs.create(&PostParams::default(), &env("st", 1, "Replace"))
+        .await
+        .expect("env");
+    idle_is(&rig, "st-a", 1).await;
+    let claims: Api<SandboxClaim> = Api::namespaced(rig.client.clone(), rig.ns());
+    claims
+        .create(&PostParams::default(), &claim("c", "st-a", None))
+        .await
+        .expect("claim");
+    let s = bound(&rig, "c").await;
+    assert_ne!(s["podName"], "stray", "{s}");
+    let stray = pod_api.get("stray").await.expect("the stray Pod stays");
+    assert!(!stray.annotations().contains_key("moonin.io/claim"));
+    let own: Vec<String> = pods(&rig)
+        .await
+        .into_iter()
+        .filter(|p| p.owner_references().iter().any(|o| o.kind == "SandboxPool"))
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(own.len(), 1, "the Pool made its own replica: {own:?}");
+    assert_eq!(s["podName"], own[0], "{s}");
 }
 
 #[tokio::test]
@@ -1064,12 +1129,8 @@ fn sandbox_writes(rig: &Rig, kind: &str) -> f64 {
         .unwrap_or_default()
 }
 
-#[tokio::test]
-async fn a_refused_template_costs_one_create_per_backoff_step() {
-    let client = require_cluster!();
-    let rig = Rig::with_args(client, "sbx-refused", &["--controllers", "sandbox"]).await;
-    // The manager's write counters are per kind: count only this Pool's creates by waiting
-    // until the Pools of earlier tests went with their namespaces.
+/// Waits until the Pools of earlier tests went with their namespaces.
+async fn no_other_pools(rig: &Rig) {
     let all: Api<SandboxPool> = Api::all(rig.client.clone());
     wait_for(
         "the Pools of earlier tests to be gone",
@@ -1084,6 +1145,14 @@ async fn a_refused_template_costs_one_create_per_backoff_step() {
         },
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_refused_template_costs_one_create_per_backoff_step() {
+    let client = require_cluster!();
+    let rig = Rig::with_args(client, "sbx-refused", &["--controllers", "sandbox"]).await;
+    // The manager's write counters are per kind: count only this Pool's creates.
+    no_other_pools(&rig).await;
     let pools: Api<SandboxPool> = Api::namespaced(rig.client.clone(), rig.ns());
     let (creates_before, status_before) = (
         sandbox_writes(&rig, "Pod"),
@@ -1139,4 +1208,90 @@ async fn a_refused_template_costs_one_create_per_backoff_step() {
     assert_eq!(now["lastTransitionTime"], condition["lastTransitionTime"]);
     let events = rig.events("refused", "PodCreateFailed").await;
     assert_eq!(events.len(), 1, "{events:?}");
+}
+
+/// A bind the API server refuses (an admission policy on Pods) is not sent again every
+/// 200 ms: it backs off per Pool, as a refused create does, and each step is a Warning
+/// Event on the Pool quoting the API server. Once the policy goes, the claim binds.
+#[tokio::test]
+async fn a_refused_bind_backs_off_and_says_so_on_the_pool() {
+    let client = require_cluster!();
+    let rig = Rig::with_args(client.clone(), "sbx-bindref", &["--controllers", "sandbox"]).await;
+    // The write counters are per kind: count only this Pool's Pod writes.
+    no_other_pools(&rig).await;
+    let envs: Api<SandboxEnv> = Api::namespaced(rig.client.clone(), rig.ns());
+    envs.create(&PostParams::default(), &env("br", 1, "Replace"))
+        .await
+        .expect("env");
+    idle_is(&rig, "br-a", 1).await;
+    let idle = pods(&rig).await[0].name_any();
+    let pod_api: Api<Pod> = Api::namespaced(rig.client.clone(), rig.ns());
+    let dry = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let refusal = Refusal::create(&client, rig.ns(), "", "pods", || {
+        let (pod_api, dry, idle) = (pod_api.clone(), dry.clone(), idle.clone());
+        async move {
+            let probe = json!({"metadata": {"annotations": {"e2e-probe": "x"}}});
+            pod_api
+                .patch(&idle, &dry, &Patch::Merge(probe))
+                .await
+                .map(|_| ())
+        }
+    })
+    .await;
+    let before = sandbox_writes(&rig, "Pod");
+    let claims: Api<SandboxClaim> = Api::namespaced(rig.client.clone(), rig.ns());
+    claims
+        .create(&PostParams::default(), &claim("c", "br-a", None))
+        .await
+        .expect("claim");
+    let started = std::time::Instant::now();
+    let notes = wait_for(
+        "a PodWriteRefused Event",
+        Duration::from_secs(30),
+        || async {
+            let e = rig.events("br-a", "PodWriteRefused").await;
+            (!e.is_empty()).then_some(e)
+        },
+    )
+    .await;
+    assert!(
+        notes[0].contains(&format!("binding Pod {idle} to claim c"))
+            && notes[0].contains(Refusal::MESSAGE),
+        "{notes:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(20).saturating_sub(started.elapsed())).await;
+    let writes = sandbox_writes(&rig, "Pod") - before;
+    eprintln!("a refused bind over 20 s: {writes} Pod writes");
+    // Backoff steps at 0, 5 and 15 s: a bind each (at 200 ms a bind, 100).
+    assert!((2.0..=4.0).contains(&writes), "{writes} Pod writes in 20 s");
+    let phase = claims
+        .get("c")
+        .await
+        .expect("claim")
+        .status
+        .and_then(|s| s.phase);
+    assert_ne!(phase.as_deref(), Some("Bound"));
+    // One Event per step, in one series (the publisher counts the repeats of a reason).
+    let api: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(rig.client.clone(), rig.ns());
+    let steps: i32 = api
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("br-a")
+                && e.reason.as_deref() == Some("PodWriteRefused")
+        })
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum();
+    assert!((2..=3).contains(&steps), "one Event per step: {steps}");
+    refusal.lift();
+    // The next step is 35 s after the first refusal.
+    let s = bound(&rig, "c").await;
+    assert_eq!(s["podName"], idle.as_str(), "{s}");
 }

@@ -139,6 +139,22 @@ impl HelmState {
         g.insert(key, release);
     }
 
+    /// Keeps of `ns` only the Secrets named in `latest` (each release's latest revision):
+    /// Helm writes every revision to a Secret of its own, so the earlier ones go here.
+    fn keep_latest(&self, ns: &str, latest: &[impl AsRef<str>]) {
+        let prefix = format!("{ns}/");
+        self.locked().retain(|(secret, _), _| {
+            secret
+                .strip_prefix(&prefix)
+                .is_none_or(|name| latest.iter().any(|l| l.as_ref() == name))
+        });
+    }
+
+    /// Forgets every release of `ns` (a namespace deleted or excluded).
+    pub fn forget_namespace(&self, ns: &str) {
+        self.keep_latest(ns, &[] as &[&str]);
+    }
+
     fn locked(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Release>> {
         self.decoded.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -258,7 +274,10 @@ pub async fn releases(
     let mut out = Vec::new();
     // Asked for at most once per call, and only when a release is to be decoded.
     let key = tokio::sync::OnceCell::new();
-    for (release, s) in latest(secrets.in_namespace(ns)) {
+    let latest = latest(secrets.in_namespace(ns));
+    let names: Vec<String> = latest.values().map(|s| s.name.clone()).collect();
+    helm.keep_latest(ns, &names);
+    for (release, s) in latest {
         let cache_key = (format!("{ns}/{}", s.name), s.resource_version.clone());
         let cached = helm.cached(&cache_key);
         if let Some(c) = cached.clone().filter(|c| c.1.values_hash.is_some()) {
@@ -381,5 +400,41 @@ mod tests {
             "an earlier version of a Secret goes"
         );
         assert_eq!(helm.cached(&key("2")), Some(release(2)));
+    }
+
+    #[test]
+    fn only_the_latest_revisions_and_live_namespaces_stay_cached() {
+        let helm = HelmState::new("moonin-system");
+        let release = |ns: &str, revision| {
+            (
+                ns.to_string(),
+                HelmRelease::default(),
+                HelmRevision {
+                    release: "web".into(),
+                    revision,
+                    chart: "web".into(),
+                    version: "1.0.0".into(),
+                },
+            )
+        };
+        let key = |ns: &str, v: i64| (format!("{ns}/sh.helm.release.v1.web.v{v}"), "1".into());
+        helm.decoded(key("shop", 1), release("shop", 1));
+        helm.decoded(key("shop", 2), release("shop", 2));
+        helm.decoded(key("shopfront", 1), release("shopfront", 1));
+        helm.keep_latest("shop", &["sh.helm.release.v1.web.v2"]);
+        assert_eq!(
+            helm.cached(&key("shop", 1)),
+            None,
+            "an upgrade's earlier Secret goes"
+        );
+        assert_eq!(helm.cached(&key("shop", 2)), Some(release("shop", 2)));
+        assert_eq!(
+            helm.cached(&key("shopfront", 1)),
+            Some(release("shopfront", 1)),
+            "another namespace, even one whose name starts alike, stays"
+        );
+        helm.forget_namespace("shopfront");
+        assert_eq!(helm.cached(&key("shopfront", 1)), None);
+        assert_eq!(helm.locked().len(), 1);
     }
 }

@@ -191,6 +191,7 @@ pub async fn rebuild(
             refusals.forget(ns);
             reported.forget_namespace(ns);
             written.forget_namespace(ns);
+            shared.helm.forget_namespace(ns);
             shared.open_slots.set(ns, std::collections::HashMap::new());
             // An excluded namespace keeps no inventory; a deleted one loses it with itself.
             if live.contains(ns)

@@ -1,9 +1,10 @@
 //! How the rollout a recorded change started ends, decided purely from the Deployment as it
-//! is now and the workload's later records: `Complete` once every replica of its revision is
-//! updated and available, `Failed` when the Deployment, having observed its spec, reports
-//! `ProgressDeadlineExceeded` or a `ReplicaFailure` that came after the change, `Superseded` when a newer change came first, `RolledBack` when that
-//! newer change put back the images this one replaced. An outcome is final: a record that
-//! has one is not looked at again.
+//! is now and the workload's later records: `Complete` once every replica of its revision
+//! is updated and available, `Failed` when the Deployment, having observed its spec,
+//! reports `ProgressDeadlineExceeded` or a `ReplicaFailure` that came after the change,
+//! `Superseded` when a newer change came first, `RolledBack` when that newer change put
+//! back the images this one replaced. An outcome is final: a record that has one is not
+//! looked at again.
 
 use jiff::{SignedDuration, Timestamp};
 

@@ -11,7 +11,7 @@ use futures::{StreamExt, future::BoxFuture};
 
 use super::{
     baselines::Baselines,
-    dirty::{Mark, Pending},
+    dirty::{Dirty, Mark, Pending},
     heartbeat::{self, Reachability},
     helm_secrets::{self, HelmState},
     history::{self, OpenSlots},
@@ -217,8 +217,9 @@ async fn history_ticks(shared: &Shared) {
 }
 
 /// Rebuilds what changed, a short while after it changed, while this process leads and a
-/// ClusterDiscovery is in charge. A failed rebuild is retried whole, on a backoff; a
-/// namespace whose inventory write failed is retried by itself (see [`Refusals`]).
+/// ClusterDiscovery is in charge. What a failed rebuild did not do is retried, on a backoff
+/// (see [`Failed`](super::rebuild::Failed)); a namespace whose inventory write failed is
+/// retried by itself (see [`Refusals`]).
 async fn rebuild_loop(shared: &Arc<Shared>) {
     let mut state = RebuildState::default();
     let mut serving = Serving::default();
@@ -242,7 +243,7 @@ async fn rebuild_loop(shared: &Arc<Shared>) {
             continue;
         };
         let mut dirty = shared.pending.take();
-        let retry = dirty.clone();
+        let marked = dirty.namespaces.clone();
         let full = serving.begin(&cd);
         if full {
             // As at a start: what was written meanwhile (by another replica, say) is not
@@ -273,17 +274,28 @@ async fn rebuild_loop(shared: &Arc<Shared>) {
                 failures.succeeded();
                 retry_refused(shared, &mut state.refusals, unwritten);
             }
-            Err(error) => {
+            Err(failed) => {
                 count_error(metrics);
                 let wait = failures.failed();
-                tracing::warn!(error = %brief(&error), retry_in_secs = wait.as_secs(), "discovery rebuild failed; retrying");
+                tracing::warn!(
+                    error = %brief(&failed.error),
+                    unrecorded = failed.unrecorded.len(),
+                    retry_in_secs = wait.as_secs(),
+                    "discovery rebuild failed; retrying"
+                );
                 tokio::time::sleep(wait).await;
-                // Nothing is dropped: the work goes back (what was written meanwhile is not
-                // written again), and a failed full rebuild is done in full again.
+                // What was not done goes back: the namespaces marked, and the changes not
+                // recorded (one recorded already, measured again against the newer
+                // baseline, would be recorded as a change back); a failed full rebuild is
+                // done in full again.
                 if full {
                     serving.failed_full();
                 }
-                shared.pending.put_back(retry);
+                shared.pending.put_back(Dirty {
+                    namespaces: marked,
+                    deployments: failed.unrecorded,
+                    ..Dirty::default()
+                });
             }
         }
     }

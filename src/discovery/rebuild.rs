@@ -4,6 +4,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
+    sync::Arc,
     time::Duration,
 };
 
@@ -22,6 +23,7 @@ use super::{
     record,
     shared::Shared,
     status::{self, ApiProbe},
+    view::DeploymentView,
 };
 use crate::api::discovery::{ClusterDiscovery, NamespaceInventoryStatus};
 use crate::runtime::errors::brief;
@@ -118,45 +120,81 @@ impl Serving {
     }
 }
 
+/// A rebuild that failed: its first error, and the changes it did not record, each
+/// Deployment's in the order seen (only these go back; see [`record::Unrecorded`]). A
+/// failed record stops nothing else: the inventories and the status are rebuilt all the
+/// same.
+#[derive(Debug)]
+pub struct Failed {
+    /// The first error.
+    pub error: kube::Error,
+    /// The views to record again.
+    pub unrecorded: Vec<Arc<DeploymentView>>,
+}
+
+/// The namespaces a rebuild serves.
+struct Scope {
+    /// Those the ClusterDiscovery excludes.
+    excluded: BTreeSet<String>,
+    /// Those that exist and are not being deleted (which take no new objects).
+    live: BTreeSet<String>,
+}
+
 /// Rebuilds what `dirty` names (everything when `full`). Returns the namespaces whose
-/// inventory could not be written (the rest of the rebuild stands); an error fails the
-/// rebuild as a whole.
+/// inventory could not be written (the rest of the rebuild stands, and each is retried by
+/// itself).
 pub async fn rebuild(
     shared: &Shared,
     state: &mut RebuildState,
     cd: &ClusterDiscovery,
     dirty: Dirty,
     full: bool,
-) -> Result<BTreeSet<String>, kube::Error> {
-    let excluded: BTreeSet<&str> = cd
-        .spec
-        .exclude_namespaces
-        .iter()
-        .map(String::as_str)
-        .collect();
-    // Namespaces being deleted take no new objects.
-    let live: BTreeSet<String> = shared
-        .stores
-        .namespaces
-        .all()
-        .into_iter()
-        .filter(|(_, terminating)| !terminating)
-        .map(|(n, _)| n)
-        .collect();
-    let helm_enabled = cd.spec.helm.enabled;
-
+) -> Result<BTreeSet<String>, Failed> {
+    let scope = Scope {
+        excluded: cd.spec.exclude_namespaces.iter().cloned().collect(),
+        live: shared
+            .stores
+            .namespaces
+            .all()
+            .into_iter()
+            .filter(|(_, terminating)| !terminating)
+            .map(|(n, _)| n)
+            .collect(),
+    };
     // Revision records first: they do not depend on the inventory.
-    let Dirty {
-        mut namespaces,
-        deployments: mut changes,
-        configs,
-        ..
-    } = dirty;
+    let mut dirty = dirty;
+    let recorded = record_changes(shared, state, cd, &scope, &mut dirty, full).await;
+    let rest = inventories_and_status(shared, state, cd, &scope, &dirty.namespaces).await;
+    match (recorded, rest) {
+        (Ok(()), Ok(unwritten)) => Ok(unwritten),
+        (Err(u), Ok(_)) => Err(Failed {
+            error: u.error,
+            unrecorded: u.views,
+        }),
+        (recorded, Err(error)) => Err(Failed {
+            error,
+            unrecorded: recorded.err().map(|u| u.views).unwrap_or_default(),
+        }),
+    }
+}
+
+/// Records the changed Deployments `dirty` names (and, when `full`, every Deployment as it
+/// is now; else those that refer to a changed ConfigMap or Secret it names, whose
+/// namespaces join its own).
+async fn record_changes(
+    shared: &Shared,
+    state: &mut RebuildState,
+    cd: &ClusterDiscovery,
+    scope: &Scope,
+    dirty: &mut Dirty,
+    full: bool,
+) -> Result<(), record::Unrecorded> {
+    let mut changes = std::mem::take(&mut dirty.deployments);
     if full {
         changes.extend(shared.stores.deployments.all());
     } else {
-        for d in referring(shared, &configs) {
-            namespaces.insert(d.namespace.clone());
+        for d in referring(shared, &dirty.configs) {
+            dirty.namespaces.insert(d.namespace.clone());
             changes.push(d);
         }
     }
@@ -167,10 +205,23 @@ pub async fn rebuild(
     if !full {
         changes.extend(remeasured);
     }
-    let workloads = record::by_workload(changes, &live, &excluded);
-    record::record_all(shared, workloads, helm_enabled, secrets_readable).await?;
+    let excluded = scope.excluded.iter().map(String::as_str).collect();
+    let workloads = record::by_workload(changes, &scope.live, &excluded);
+    record::record_all(shared, workloads, cd.spec.helm.enabled, secrets_readable).await?;
     state.secrets_measured = secrets_readable;
+    Ok(())
+}
 
+/// Builds and writes the inventory of each of `namespaces` (forgetting those excluded or
+/// gone), then the cluster status.
+async fn inventories_and_status(
+    shared: &Shared,
+    state: &mut RebuildState,
+    cd: &ClusterDiscovery,
+    scope: &Scope,
+    namespaces: &BTreeSet<String>,
+) -> Result<BTreeSet<String>, kube::Error> {
+    let Scope { excluded, live } = scope;
     // Each namespace is planned in turn (the signals' Events and the totals are this loop's
     // alone), and up to `WRITERS` of the plans are written at once: a full rebuild writes
     // every inventory, and one request at a time leaves the API server idle between them.
@@ -185,8 +236,8 @@ pub async fn rebuild(
     let written = &*written;
     let mut unwritten = BTreeSet::new();
     let mut writing = FuturesUnordered::new();
-    for ns in &namespaces {
-        if !live.contains(ns) || excluded.contains(ns.as_str()) {
+    for ns in namespaces {
+        if !live.contains(ns) || excluded.contains(ns) {
             progress.forget(ns);
             refusals.forget(ns);
             reported.forget_namespace(ns);
@@ -219,7 +270,8 @@ pub async fn rebuild(
     while let Some((ns, result)) = writing.next().await {
         settle(progress, refusals, &mut unwritten, ns, result);
     }
-    let snapshot = status::load(shared, cd, &live, &excluded, progress, probe).await;
+    let excluded_names = excluded.iter().map(String::as_str).collect();
+    let snapshot = status::load(shared, cd, live, &excluded_names, progress, probe).await;
     *shared.facts.lock().unwrap_or_else(|e| e.into_inner()) =
         status::facts(&snapshot.totals, progress);
     status::write(shared, cd, &snapshot.current, &status::decide(&snapshot)).await?;
@@ -238,7 +290,7 @@ fn newly_readable_secrets(
     shared: &Shared,
     state: &RebuildState,
     readable: bool,
-) -> Vec<std::sync::Arc<super::view::DeploymentView>> {
+) -> Vec<Arc<DeploymentView>> {
     if !readable || state.secrets_measured {
         return Vec::new();
     }
@@ -260,10 +312,7 @@ fn newly_readable_secrets(
     referring
 }
 
-fn referring(
-    shared: &Shared,
-    configs: &BTreeSet<(String, String)>,
-) -> Vec<std::sync::Arc<super::view::DeploymentView>> {
+fn referring(shared: &Shared, configs: &BTreeSet<(String, String)>) -> Vec<Arc<DeploymentView>> {
     let mut by_namespace: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for (ns, source) in configs {
         by_namespace.entry(ns).or_default().insert(source);

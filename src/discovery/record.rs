@@ -130,36 +130,49 @@ pub fn by_workload(
     by_workload.into_values().collect()
 }
 
+/// Changes a rebuild could not record: the first error, and each failed Deployment's views
+/// from the one that failed on, in the order seen. Only these go back (a view recorded
+/// already, measured again against the newer baseline, would be recorded as a change back).
+#[derive(Debug)]
+pub struct Unrecorded {
+    /// The first error.
+    pub error: kube::Error,
+    /// The views to record again.
+    pub views: Vec<Arc<DeploymentView>>,
+}
+
 /// Records the changes of each Deployment in order, Deployments side by side. All of them
-/// run to the end (one failure cancels no other write half-way); the first error is
-/// returned.
+/// run to the end (one failure cancels no other write half-way); a Deployment stops at its
+/// first failure.
 pub async fn record_all(
     shared: &Shared,
     workloads: Vec<Vec<Arc<DeploymentView>>>,
     helm_enabled: bool,
     secrets_readable: bool,
-) -> Result<(), kube::Error> {
+) -> Result<(), Unrecorded> {
     let failed = futures::stream::iter(workloads)
         .map(|views| async move {
-            for after in views {
-                match record(shared, &after, helm_enabled, secrets_readable).await {
+            for (done, after) in views.iter().enumerate() {
+                match record(shared, after, helm_enabled, secrets_readable).await {
                     Ok(()) => {}
                     Err(e) if namespace_being_deleted(&e) => {
                         tracing::debug!(namespace = %after.namespace, "namespace being deleted; no revision");
                     }
-                    Err(e) => return Some(e),
+                    Err(e) => return Some((e, views[done..].to_vec())),
                 }
             }
             None
         })
         .buffer_unordered(REVISION_WRITERS)
         .filter_map(futures::future::ready)
-        .collect::<Vec<kube::Error>>()
+        .collect::<Vec<_>>()
         .await;
-    match failed.into_iter().next() {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    let mut failed = failed.into_iter();
+    let Some((error, mut views)) = failed.next() else {
+        return Ok(());
+    };
+    views.extend(failed.flat_map(|(_, rest)| rest));
+    Err(Unrecorded { error, views })
 }
 
 /// Records one observed view of a Deployment: loads its baseline, Helm release, records and
@@ -223,7 +236,9 @@ async fn record(
 }
 
 /// Writes what [`plan`] decided, then the outcome of every rollout of the workload that
-/// ended ([`rollout::settle`], over `revisions` and the record just created).
+/// ended ([`rollout::settle`], over `revisions` and the record just created). The view
+/// becomes the baseline only once all of it is written: a view whose commit failed half-way
+/// is measured again on the retry, and its record, found to exist, is marked then.
 async fn commit(
     shared: &Shared,
     after: &Arc<DeploymentView>,
@@ -235,11 +250,17 @@ async fn commit(
     for name in &plan.unmarked {
         mark_recorded(shared, &api, name, now).await?;
     }
+    let becomes_baseline = plan.record.is_some() || plan.adopt;
     if let Some(new) = plan.record {
         let created = create(shared, &api, after, &new).await?;
-        shared.baselines.set(after);
-        if created {
+        // One that exists already is the change seen again (a retry, a restart): marked
+        // unless it shows marked or was just marked above.
+        let marked = plan.unmarked.contains(&new.name)
+            || revisions.iter().any(|r| r.name == new.name && r.ready());
+        if created || !marked {
             mark_recorded(shared, &api, &new.name, now).await?;
+        }
+        if created {
             for old in &new.prune {
                 shared.ctx.metrics.wrote(CONTROLLER, "WorkloadRevision");
                 gone_is_done(api.delete(old, &DeleteParams::default()).await)?;
@@ -249,11 +270,12 @@ async fn commit(
         if !revisions.iter().any(|r| r.name == new.name) {
             revisions.push(revision::new_view(&new.name, &new.spec));
         }
-    } else if plan.adopt {
-        shared.baselines.set(after);
     }
     for (name, outcome) in rollout::settle(&revisions, after, now) {
         write_outcome(shared, &api, &name, &outcome, now).await?;
+    }
+    if becomes_baseline {
+        shared.baselines.set(after);
     }
     Ok(())
 }

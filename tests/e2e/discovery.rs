@@ -1342,3 +1342,211 @@ async fn a_refused_inventory_write_is_retried_without_a_change_in_the_namespace(
         .wait_condition("InventoryComplete", "True", Duration::from_secs(40))
         .await;
 }
+
+/// Whether a revision record is marked `Ready=True/Recorded`.
+fn marked_recorded(r: &WorkloadRevision) -> bool {
+    r.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True" && c.reason == "Recorded")
+    })
+}
+
+/// The `(from, to)` image of each of `workload`'s records, sorted.
+async fn image_changes(rig: &Rig, workload: &str) -> Vec<(String, String)> {
+    let mut changes: Vec<(String, String)> = revisions(rig, workload)
+        .await
+        .iter()
+        .flat_map(|r| &r.spec.images)
+        .map(|i| {
+            (
+                i.from.clone().unwrap_or_default(),
+                i.to.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    changes.sort();
+    changes
+}
+
+fn failed_rebuilds(rig: &Rig) -> usize {
+    rig.manager.as_ref().map_or(0, |m| {
+        m.log_text()
+            .lines()
+            .filter(|l| l.contains("discovery rebuild failed"))
+            .count()
+    })
+}
+
+#[tokio::test]
+async fn a_change_not_recorded_is_retried_alone_and_none_is_recorded_twice() {
+    let client = require_cluster!();
+    let rig = Rig::with_args(
+        client.clone(),
+        "disc-replay",
+        &["--controllers", "discovery"],
+    )
+    .await;
+    for name in ["x", "y", "z"] {
+        deployment(&rig, name, &format!("registry.example/{name}:1"), json!({})).await;
+    }
+    let records: Api<WorkloadRevision> = Api::namespaced(client.clone(), rig.ns());
+    let record_of = |name: &str, workload: &str| -> WorkloadRevision {
+        serde_json::from_value(json!({
+            "apiVersion": "moonin.io/v1alpha1",
+            "kind": "WorkloadRevision",
+            "metadata": {"name": name},
+            "spec": {
+                "workload": {"kind": "Deployment", "name": workload},
+                "revision": 1,
+                "observedAt": "2026-01-01T00:00:00Z",
+                "summary": "probe"
+            }
+        }))
+        .expect("record")
+    };
+    // y's records are refused; z's are created but cannot be marked (their status is
+    // refused). The status probe needs a record to exist: one made before discovery runs.
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let probe_y = record_of("probe-y", "y");
+    let refused_create = Refusal::create_where(
+        &client,
+        rig.ns(),
+        "moonin.io",
+        "workloadrevisions",
+        "object.spec.workload.name == 'y'",
+        || {
+            let (records, dry, probe_y) = (records.clone(), dry.clone(), probe_y.clone());
+            async move { records.create(&dry, &probe_y).await.map(|_| ()) }
+        },
+    )
+    .await;
+    records
+        .create(&PostParams::default(), &record_of("probe-z", "z"))
+        .await
+        .expect("probe record");
+    let dry_patch = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let refused_status = Refusal::create_where(
+        &client,
+        rig.ns(),
+        "moonin.io",
+        "workloadrevisions/status",
+        "object.spec.workload.name == 'z'",
+        || {
+            let (records, dry_patch) = (records.clone(), dry_patch.clone());
+            async move {
+                let body = json!({"status": {"outcome": "Complete"}});
+                records
+                    .patch_status("probe-z", &dry_patch, &Patch::Merge(body))
+                    .await
+                    .map(|_| ())
+            }
+        },
+    )
+    .await;
+    records
+        .delete("probe-z", &DeleteParams::default())
+        .await
+        .expect("delete the probe record");
+    let discovery = Discovery::create(&client, false).await;
+    inventory_where(&rig, "x, y and z in the inventory", |inv| {
+        ["x", "y", "z"]
+            .iter()
+            .all(|n| entry(inv, "deployments", n).is_some())
+    })
+    .await;
+
+    // y's change fails every rebuild from now on; x changes twice meanwhile, z once.
+    apply_image(
+        &rig,
+        "e2e-deployer",
+        "y",
+        "registry.example/y:2",
+        json!({}),
+        json!({}),
+    )
+    .await;
+    let x = |tag: u8| format!("registry.example/x:{tag}");
+    for (from, to) in [(1, 2), (2, 3)] {
+        apply_image(&rig, "e2e-deployer", "x", &x(to), json!({}), json!({})).await;
+        wait_for(
+            &format!("x's change to {}", x(to)),
+            Duration::from_secs(60),
+            || async {
+                image_changes(&rig, "x")
+                    .await
+                    .contains(&(x(from), x(to)))
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    apply_image(
+        &rig,
+        "e2e-deployer",
+        "z",
+        "registry.example/z:2",
+        json!({}),
+        json!({}),
+    )
+    .await;
+    wait_for("z's record", Duration::from_secs(60), || async {
+        (!revisions(&rig, "z").await.is_empty()).then_some(())
+    })
+    .await;
+    // Another failed rebuild after both of x's changes were recorded: one that measured
+    // them again would record a change back from x:3 to x:2.
+    let failed = failed_rebuilds(&rig);
+    wait_for(
+        "another failed rebuild",
+        Duration::from_secs(60),
+        || async { (failed_rebuilds(&rig) > failed).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        image_changes(&rig, "x").await,
+        [(x(1), x(2)), (x(2), x(3))],
+        "x's changes, each once"
+    );
+    assert!(revisions(&rig, "y").await.is_empty());
+    let z = revisions(&rig, "z").await;
+    assert!(z.len() == 1 && !marked_recorded(&z[0]), "{z:?}");
+    // The rest of each rebuild is done: the inventory shows x's latest image.
+    inventory_where(&rig, "x:3 in the inventory", |inv| {
+        entry(inv, "deployments", "x").is_some_and(|e| e["images"] == json!([x(3)]))
+    })
+    .await;
+
+    // Lifted: y's change is recorded and z's record marked, with nothing else changed.
+    refused_create.lift();
+    refused_status.lift();
+    let y = wait_for("y's change, recorded", Duration::from_secs(90), || async {
+        let y = revisions(&rig, "y").await;
+        y.iter()
+            .all(marked_recorded)
+            .then_some(y)
+            .filter(|y| !y.is_empty())
+    })
+    .await;
+    assert_eq!(
+        image_changes(&rig, "y").await,
+        [(
+            "registry.example/y:1".to_string(),
+            "registry.example/y:2".to_string()
+        )],
+        "{y:?}"
+    );
+    wait_for("z's record, marked", Duration::from_secs(90), || async {
+        let z = revisions(&rig, "z").await;
+        (z.len() == 1 && marked_recorded(&z[0])).then_some(())
+    })
+    .await;
+    assert_eq!(image_changes(&rig, "x").await, [(x(1), x(2)), (x(2), x(3))]);
+    drop(discovery);
+}

@@ -627,6 +627,23 @@ impl Refusal {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<(), kube::Error>>,
     {
+        Self::create_where(client, ns, group, resource, "true", probe).await
+    }
+
+    /// As [`Refusal::create`], refusing only the writes whose object meets `when` (a CEL
+    /// expression over `object`).
+    pub async fn create_where<F, Fut>(
+        client: &Client,
+        ns: &str,
+        group: &str,
+        resource: &str,
+        when: &str,
+        probe: F,
+    ) -> Self
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<(), kube::Error>>,
+    {
         use k8s_openapi::api::admissionregistration::v1::{
             ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
         };
@@ -641,7 +658,7 @@ impl Refusal {
                     "operations": ["CREATE", "UPDATE"],
                     "resources": [resource]
                 }]},
-                "validations": [{"expression": "false", "message": Self::MESSAGE}]
+                "validations": [{"expression": format!("!({when})"), "message": Self::MESSAGE}]
             }
         }))
         .expect("policy");

@@ -80,7 +80,7 @@ impl WindowInputs {
                     Some(d) => positive(d)
                         .ok_or_else(|| WindowError::InvalidManualDuration(d.to_string()))?,
                 };
-                Some((run.start_time.0, length))
+                Some((whole_seconds(run.start_time.0), length))
             }
         };
         Ok(WindowInputs {
@@ -88,10 +88,18 @@ impl WindowInputs {
             tz,
             duration,
             suspend: spec.suspend,
-            valid_until: spec.valid_until.as_ref().map(|t| t.0),
+            valid_until: spec.valid_until.as_ref().map(|t| whole_seconds(t.0)),
             manual,
         })
     }
+}
+
+/// `t` without its fraction of a second. A status keeps instants to the second (as the API
+/// server's own timestamps do): a window's start or end read from a spec that gives a
+/// fraction would never match the one its status announced, and each reconcile would take
+/// the window for a new one.
+fn whole_seconds(t: Timestamp) -> Timestamp {
+    Timestamp::from_second(t.as_second()).unwrap_or(t)
 }
 
 /// What opened the current window.

@@ -2540,6 +2540,36 @@ fn manual_run_takes_priority_over_the_schedule() {
     assert_eq!(plan.ops.len(), 2);
 }
 
+/// A manual run's start and a `validUntil` given with a fraction of a second: the status
+/// keeps whole seconds, and the next reconcile takes the window it announced for the same
+/// one (it was a new window each time: an execution and a status write per reconcile).
+#[test]
+fn a_spec_instant_with_a_fraction_of_a_second_opens_one_window() {
+    let mut tv = template(vec![checkout()]);
+    tv.window.manual_run = Some(ManualRun {
+        start_time: Time(ts("2026-11-30T09:30:00.5Z")),
+        duration: Some("2h".parse().unwrap_or_else(|e| panic!("{e:?}"))),
+    });
+    tv.window.valid_until = Some(Time(ts("2026-11-30T11:00:00.25Z")));
+    let mut s = snap(tv, vec![("checkout", fresh_target())]);
+    let plan = converge(&mut s, now(), 4);
+    // Stored as the API server stores it.
+    let json = serde_json::to_value(&plan.status).unwrap_or_default();
+    s.template.status = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        s.template
+            .status
+            .window
+            .as_ref()
+            .map(|w| (w.start.0, w.end.0)),
+        Some((ts("2026-11-30T09:30:00Z"), ts("2026-11-30T11:00:00Z")))
+    );
+    let again = decide(&s, now() + mins(1));
+    assert_eq!(writes(&again.ops), vec![]);
+    assert_eq!(again.status.executions.len(), 1);
+    assert_eq!(again.status.window, s.template.status.window);
+}
+
 // ---------------------------------------------------------------------------------------
 // 19. Requeue.
 

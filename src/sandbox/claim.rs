@@ -8,7 +8,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::conditions::{self, Desired, types};
+use crate::api::conditions::{self, Desired, reasons as condition_reasons, types};
 use crate::api::sandbox::{SandboxClaimStatus, reasons};
 
 /// How long a claim waits unbound before its status says `Queued`: a claim the pool binds
@@ -104,11 +104,26 @@ pub fn decide(snap: &ClaimSnapshot, now: Timestamp) -> ClaimPlan {
     }
 }
 
-/// The claim's status with `ready` merged into its conditions.
+/// The claim's status with `ready` merged into its conditions. A report that the claim
+/// could not be decoded (`InvalidSpec`: it decodes now) goes with it.
 fn with_ready(snap: &ClaimSnapshot, ready: Desired, now: Timestamp) -> SandboxClaimStatus {
     let mut next = snap.status.clone();
-    next.conditions = conditions::merge(&snap.status.conditions, &[ready], snap.generation, now);
+    if reported_invalid(snap) {
+        next.conditions
+            .retain(|c| c.type_ == types::READY || c.reason != condition_reasons::INVALID_SPEC);
+        next.observed_generation = snap.generation;
+    }
+    next.conditions = conditions::merge(&next.conditions, &[ready], snap.generation, now);
     next
+}
+
+/// Whether the status says the claim could not be decoded: it was not, when it was
+/// reported; it is now.
+fn reported_invalid(snap: &ClaimSnapshot) -> bool {
+    snap.status
+        .conditions
+        .iter()
+        .any(|c| c.reason == condition_reasons::INVALID_SPEC)
 }
 
 /// The plan that writes `next` (when it changed) and publishes `event` with it.
@@ -174,7 +189,8 @@ fn pending(snap: &ClaimSnapshot, target: &Target, now: Timestamp) -> ClaimPlan {
     }
     let stale = [reasons::POOL_NOT_FOUND, reasons::ENV_NOT_FOUND]
         .iter()
-        .any(|r| conditions::has_reason(conds, types::READY, r));
+        .any(|r| conditions::has_reason(conds, types::READY, r))
+        || reported_invalid(snap);
     let unreported = !conds.iter().any(|c| c.type_ == types::READY);
     let waited = snap
         .created
@@ -247,6 +263,15 @@ fn bound(snap: &ClaimSnapshot, pod_alive: bool, now: Timestamp) -> ClaimPlan {
     let requeue = expiry.map_or(RESYNC, |end| {
         Duration::try_from(end.duration_since(now)).unwrap_or(Duration::ZERO)
     });
+    if reported_invalid(snap) {
+        let ready = Desired::new(
+            types::READY,
+            true,
+            "Bound",
+            format!("bound to sandbox Pod {pod}"),
+        );
+        return write(snap, with_ready(snap, ready, now), None, requeue);
+    }
     ClaimPlan {
         status: None,
         event: None,
@@ -531,6 +556,54 @@ mod tests {
                 Some(1500),
                 true
             )
+        );
+    }
+
+    #[test]
+    fn a_claim_that_decodes_again_loses_its_invalid_spec_report() {
+        let bad = "spec.lifetime: invalid type";
+        let invalid = conditions::merge(
+            &[],
+            &[
+                Desired::new(types::READY, false, condition_reasons::INVALID_SPEC, bad),
+                Desired::new(types::STALLED, true, condition_reasons::INVALID_SPEC, bad),
+                Desired::new(
+                    types::RECONCILING,
+                    false,
+                    condition_reasons::INVALID_SPEC,
+                    bad,
+                ),
+            ],
+            Some(2),
+            t(0),
+        );
+        let only_ready = |s: &SandboxClaimStatus| {
+            assert_eq!(s.observed_generation, Some(3), "{s:?}");
+            assert_eq!(s.conditions.len(), 1, "{s:?}");
+            let c = &s.conditions[0];
+            assert_eq!(c.observed_generation, Some(3));
+            (c.type_.clone(), c.status.clone(), c.reason.clone())
+        };
+        let mut held = bound(true);
+        held.generation = Some(3);
+        held.status.observed_generation = Some(2);
+        held.status.conditions = invalid.clone();
+        let plan = decide(&held, t(5));
+        assert_eq!(plan.event, None);
+        let written = plan.status.expect("the report replaced");
+        assert_eq!(
+            only_ready(&written),
+            ("Ready".into(), "True".into(), "Bound".into())
+        );
+        held.status = written;
+        assert_eq!(decide(&held, t(6)).status, None, "written once");
+
+        let mut waiting = pending(invalid, pool(true, None));
+        waiting.generation = Some(3);
+        let written = decide(&waiting, t(5)).status.expect("the report replaced");
+        assert_eq!(
+            only_ready(&written),
+            ("Ready".into(), "False".into(), reasons::QUEUED.into())
         );
     }
 }

@@ -218,6 +218,40 @@ fn pool_to_env(tx: UnboundedSender<ObjectRef<SandboxEnv>>) -> cache::Trigger<San
     })
 }
 
+/// The stores a trigger reads that exist only once every cache is made (a Pool's trigger
+/// reads the claims, whose cache is made after the Pools').
+#[derive(Clone, Default)]
+struct Later {
+    pools: Arc<std::sync::OnceLock<Store<SandboxPool>>>,
+    claims: Arc<std::sync::OnceLock<Store<SandboxClaim>>>,
+}
+
+/// A Pool deleted (on its own or with its Env) reconciles the Pending claims that target
+/// it: they say `PoolNotFound` (or `EnvNotFound`) at once, not at their next resync. The
+/// Pool store no longer holds it when its trigger runs.
+fn pool_gone_to_claims(
+    tx: UnboundedSender<ObjectRef<SandboxClaim>>,
+    later: Later,
+) -> cache::Trigger<SandboxPool> {
+    Box::new(move |p: &SandboxPool| {
+        let (Some(pools), Some(claims)) = (later.pools.get(), later.claims.get()) else {
+            return;
+        };
+        if pools.get(&ObjectRef::from_obj(p)).is_some() {
+            return;
+        }
+        for c in claims.state().iter().filter(|c| claim_targets(c, p)) {
+            let pending = c
+                .status
+                .as_ref()
+                .is_none_or(|s| s.phase.is_none() || s.phase.as_deref() == Some("Pending"));
+            if pending {
+                let _ = tx.unbounded_send(ObjectRef::from_obj(c.as_ref()));
+            }
+        }
+    })
+}
+
 /// A Pod change reconciles its Pool.
 fn pod_to_pool(tx: UnboundedSender<ObjectRef<SandboxPool>>) -> cache::Trigger<Pod> {
     Box::new(move |p: &Pod| {
@@ -281,6 +315,7 @@ fn caches(
     tx: &Senders,
     echoes: &Echoes,
 ) -> (Stores, Vec<BoxFuture<'static, ()>>) {
+    let later = Later::default();
     let (pools, pool_drive) = cache::cache::<SandboxPool>(
         client.clone(),
         watcher::Config::default(),
@@ -288,6 +323,7 @@ fn caches(
         vec![
             cache::reconcile_itself(tx.pools.clone(), echoes.clone()),
             pool_to_env(tx.envs.clone()),
+            pool_gone_to_claims(tx.claims.clone(), later.clone()),
         ],
     );
     let (pods, pod_drive) = cache::cache::<Pod>(
@@ -329,6 +365,9 @@ fn caches(
         },
         Vec::new(),
     );
+    // Set before any watch runs: the drives are polled only once returned.
+    let _ = later.pools.set(pools.clone());
+    let _ = later.claims.set(claims.clone());
     let stores = Stores {
         pods,
         claims,

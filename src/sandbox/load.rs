@@ -191,6 +191,8 @@ pub struct PoolLoad {
     pub in_flight_creates: Vec<String>,
     /// Claims whose status says this Pool (or its Env's group) is missing: it is not.
     pub waiting_claims: Vec<ObjectRef<SandboxClaim>>,
+    /// UIDs of claims the Pool's Pods hold that exist but do not decode now.
+    pub undecodable_claims: Vec<String>,
     /// The autoscaler's snapshot, for a Pool of a scaling group whose Env the cache shows.
     pub autoscaler: Option<Snapshot>,
 }
@@ -210,6 +212,7 @@ impl PoolLoad {
             in_flight_creates: self.in_flight_creates.clone(),
             claims: self.claims.clone(),
             claims_synced: true,
+            undecodable_claims: self.undecodable_claims.clone(),
         }
     }
 }
@@ -267,16 +270,24 @@ pub fn pool(stores: &Stores, memory: &Memory, pool: &SandboxPool) -> PoolLoad {
     // to another scaling group): still bound here, not deleted.
     let named: BTreeSet<&(String, String)> =
         views.iter().filter_map(|v| v.claim.as_ref()).collect();
-    let held: Vec<Arc<SandboxClaim>> = named
-        .into_iter()
-        .filter(|(_, uid)| !targeting.iter().any(|c| c.uid().as_deref() == Some(uid)))
-        .filter_map(|(name, uid)| {
-            stores
-                .claims
-                .get(&ObjectRef::new(name).within(&ns))
-                .filter(|c| c.uid().as_deref() == Some(uid.as_str()))
-        })
-        .collect();
+    // A claim that does not decode is not in the cache, but it is not gone either.
+    let mut held: Vec<Arc<SandboxClaim>> = Vec::new();
+    let mut undecodable_claims = Vec::new();
+    for (name, uid) in named {
+        if targeting.iter().any(|c| c.uid().as_deref() == Some(uid)) {
+            continue;
+        }
+        let same = |found: Option<&String>| found == Some(uid);
+        match stores.claims.get(&ObjectRef::new(name).within(&ns)) {
+            Some(c) if same(c.uid().as_ref()) => held.push(c),
+            _ if invalid::find("SandboxClaim", &ns, name)
+                .is_some_and(|u| same(u.metadata.uid.as_ref())) =>
+            {
+                undecodable_claims.push(uid.clone());
+            }
+            _ => {}
+        }
+    }
     let mut claims: Vec<ClaimView> = targeting
         .iter()
         .chain(&held)
@@ -292,6 +303,7 @@ pub fn pool(stores: &Stores, memory: &Memory, pool: &SandboxPool) -> PoolLoad {
         claims,
         in_flight_creates,
         waiting_claims,
+        undecodable_claims,
         autoscaler: None,
     };
     if let Some(env) = env_of(stores, pool) {

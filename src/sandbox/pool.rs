@@ -107,6 +107,9 @@ pub struct PoolSnapshot {
     /// Claims bound elsewhere or by name, to tell a missing claim from a slow cache: the
     /// claim cache has synced.
     pub claims_synced: bool,
+    /// UIDs of claims this pool's Pods hold that exist but do not decode now (an upgrade
+    /// tightened their schema, a foreign write): not gone, so their Pods are kept.
+    pub undecodable_claims: Vec<String>,
 }
 
 /// One write.
@@ -290,6 +293,9 @@ fn triage<'a>(snap: &'a PoolSnapshot, ops: &mut Vec<PodOp>) -> (Vec<&'a PodView>
                     });
                     false
                 }
+                // The claim exists but does not decode: its sandbox is kept, claimed, until
+                // it decodes again or is deleted.
+                None if snap.undecodable_claims.contains(claim_uid) => false,
                 // The claim was deleted: release its sandbox.
                 None => snap.claims_synced,
             };

@@ -85,6 +85,7 @@ fn snap(replicas: i32, pods: Vec<PodView>, claims: Vec<ClaimView>) -> PoolSnapsh
         in_flight_creates: vec![],
         claims,
         claims_synced: true,
+        undecodable_claims: vec![],
     }
 }
 
@@ -266,6 +267,34 @@ fn a_missing_claim_in_an_unsynced_cache_releases_nothing() {
 }
 
 #[test]
+fn a_claim_that_does_not_decode_keeps_its_pod() {
+    let mut held = pod("a", true);
+    held.claim = Some(("x".into(), "x-uid".into()));
+    let mut s = snap(2, vec![held, pod("b", true)], vec![claim("y", 0)]);
+    s.undecodable_claims = vec!["x-uid".into()];
+    let p = plan(&s, names());
+    // Kept and still claimed: not released, and not handed to the pending claim.
+    assert_eq!(
+        p.ops,
+        vec![PodOp::Bind {
+            pod: "b".into(),
+            resource_version: "1".into(),
+            claim: "y".into(),
+            claim_uid: "y-uid".into(),
+            ip: "10.0.0.1".into(),
+        }]
+    );
+    s.undecodable_claims.clear();
+    assert!(
+        plan(&s, names())
+            .ops
+            .iter()
+            .any(|op| matches!(op, PodOp::Delete { pod, .. } if pod == "a")),
+        "once the claim is gone, its sandbox is released"
+    );
+}
+
+#[test]
 fn a_crash_between_the_pod_and_the_claim_write_is_finished() {
     let mut held = pod("a", true);
     held.claim = Some(("c".into(), "c-uid".into()));
@@ -444,23 +473,31 @@ mod fuzzed {
             any::<bool>(),
             0usize..3,
             any::<bool>(),
+            0usize..4,
         )
-            .prop_flat_map(|(pods, claims, replicas, reuse, in_flight, synced)| {
-                let pods: Vec<_> = (0..pods).map(arb_pod).collect();
-                let claims: Vec<_> = (0..claims).map(arb_claim).collect();
-                (pods, claims).prop_map(move |(pods, claims)| PoolSnapshot {
-                    replicas,
-                    recycle: if reuse {
-                        RecyclePolicy::Reuse
-                    } else {
-                        RecyclePolicy::Replace
-                    },
-                    pods,
-                    in_flight_creates: (0..in_flight).map(|i| format!("f{i}")).collect(),
-                    claims,
-                    claims_synced: synced,
-                })
-            })
+            .prop_flat_map(
+                |(pods, claims, replicas, reuse, in_flight, synced, undecodable)| {
+                    let pods: Vec<_> = (0..pods).map(arb_pod).collect();
+                    let claims_n = claims;
+                    let claims: Vec<_> = (0..claims).map(arb_claim).collect();
+                    (pods, claims).prop_map(move |(pods, claims)| PoolSnapshot {
+                        replicas,
+                        recycle: if reuse {
+                            RecyclePolicy::Reuse
+                        } else {
+                            RecyclePolicy::Replace
+                        },
+                        pods,
+                        in_flight_creates: (0..in_flight).map(|i| format!("f{i}")).collect(),
+                        claims,
+                        claims_synced: synced,
+                        // Claims Pods may name that the cache lacks, found not to decode.
+                        undecodable_claims: (claims_n..claims_n + undecodable)
+                            .map(|c| format!("c{c}-uid"))
+                            .collect(),
+                    })
+                },
+            )
     }
 
     /// The Pod and the claim an op is about.
@@ -534,6 +571,10 @@ mod fuzzed {
                             !s.claims.iter().any(|c| &c.uid == uid)
                         }) && !s.claims_synced && !v.finished;
                         prop_assert!(!orphan_unseen, "{op:?} before the claim cache synced");
+                        let undecodable = v.claim.as_ref().is_some_and(|(_, uid)| {
+                            s.undecodable_claims.contains(uid)
+                        }) && !v.finished;
+                        prop_assert!(!undecodable, "{op:?} takes the sandbox of a claim that exists");
                     }
                     PodOp::Create(_) => {}
                 }

@@ -1295,3 +1295,191 @@ async fn a_refused_bind_backs_off_and_says_so_on_the_pool() {
     let s = bound(&rig, "c").await;
     assert_eq!(s["podName"], idle.as_str(), "{s}");
 }
+
+#[tokio::test]
+async fn a_bound_claim_that_stops_decoding_keeps_its_sandbox() {
+    let client = require_cluster!();
+    let rig = Rig::with_args(
+        client.clone(),
+        "sbx-undecodable",
+        &["--controllers", "sandbox"],
+    )
+    .await;
+    let envs: Api<SandboxEnv> = Api::namespaced(rig.client.clone(), rig.ns());
+    envs.create(&PostParams::default(), &env("ud", 1, "Replace"))
+        .await
+        .expect("env");
+    idle_is(&rig, "ud-a", 1).await;
+    let claims: Api<SandboxClaim> = Api::namespaced(rig.client.clone(), rig.ns());
+    claims
+        .create(&PostParams::default(), &claim("c", "ud-a", None))
+        .await
+        .expect("claim");
+    let held = bound(&rig, "c").await["podName"]
+        .as_str()
+        .expect("podName")
+        .to_string();
+    rig.condition_of::<SandboxClaim>("c", "Ready", "True", "Bound")
+        .await;
+    let pod_api: Api<Pod> = Api::namespaced(rig.client.clone(), rig.ns());
+    let uid = pod_api.get(&held).await.expect("the bound Pod").uid();
+
+    // A spec this release cannot read (a lifetime that is a number), stored while the CRD
+    // takes any spec, as an older release's might have.
+    let loose = LooseClaimSpec::new(&client).await;
+    let raw = crate::harness::moonin_api(&client, "SandboxClaim", rig.ns());
+    wait_for(
+        "the unreadable spec stored",
+        Duration::from_secs(30),
+        || async {
+            let unreadable = json!({"spec": {"lifetime": 5}});
+            raw.patch("c", &PatchParams::default(), &Patch::Merge(&unreadable))
+                .await
+                .ok()
+        },
+    )
+    .await;
+    wait_for(
+        "the claim reported InvalidSpec",
+        Duration::from_secs(30),
+        || async {
+            let c = raw.get("c").await.ok()?;
+            c.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["reason"] == "InvalidSpec")
+                .then_some(())
+        },
+    )
+    .await;
+
+    // The Pool reconciles meanwhile (one more idle Pod asked for): the claim is not gone,
+    // so its sandbox stays, still claimed.
+    envs.patch(
+        "ud",
+        &PatchParams::apply("e2e").force(),
+        &Patch::Apply(&env("ud", 2, "Replace")),
+    )
+    .await
+    .expect("two replicas");
+    wait_for("ud-a: two Pods ready", Duration::from_secs(60), || async {
+        let s = pool_status(&rig, "ud-a").await;
+        (s["observedGeneration"] == 2 && s["replicas"] == 2 && s["readyReplicas"] == 2)
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pod = pod_api.get(&held).await.expect("the claimed Pod is kept");
+    assert_eq!(pod.uid(), uid);
+    assert!(pod.metadata.deletion_timestamp.is_none());
+    let claim_uid = raw.get("c").await.expect("claim").uid().expect("uid");
+    assert_eq!(
+        pod.annotations().get("moonin.io/claim"),
+        Some(&format!("c/{claim_uid}")),
+        "{:?}",
+        pod.annotations()
+    );
+
+    // Readable again (the spec put back, then the CRD): still bound to the same Pod.
+    raw.patch(
+        "c",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"lifetime": null}})),
+    )
+    .await
+    .expect("a readable spec");
+    drop(loose);
+    let s = bound(&rig, "c").await;
+    assert_eq!(s["podName"], held.as_str(), "{s}");
+    rig.condition_of::<SandboxClaim>("c", "Ready", "True", "Bound")
+        .await;
+}
+
+/// The SandboxClaim CRD's spec schema replaced by one that takes anything, as an older
+/// release's might have; put back on drop.
+struct LooseClaimSpec {
+    /// The JSON patch that puts it back.
+    restore: String,
+}
+
+impl LooseClaimSpec {
+    const CRD: &str = "sandboxclaims.moonin.io";
+    const PATH: &str = "/spec/versions/0/schema/openAPIV3Schema/properties/spec";
+
+    async fn new(client: &kube::Client) -> Self {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let crd = crds.get(Self::CRD).await.expect("the CRD");
+        let strict = serde_json::to_value(crd)
+            .expect("json")
+            .pointer(Self::PATH)
+            .cloned()
+            .expect("the spec schema");
+        let replace = |value: Value| json!([{"op": "replace", "path": Self::PATH, "value": value}]);
+        let loose = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+        let patch: json_patch::Patch = serde_json::from_value(replace(loose)).expect("patch");
+        crds.patch(
+            Self::CRD,
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
+        .await
+        .expect("the spec schema replaced");
+        Self {
+            restore: replace(strict).to_string(),
+        }
+    }
+}
+
+impl Drop for LooseClaimSpec {
+    fn drop(&mut self) {
+        let status = std::process::Command::new("kubectl")
+            .args([
+                "patch",
+                "crd",
+                Self::CRD,
+                "--type=json",
+                "-p",
+                &self.restore,
+            ])
+            .status();
+        if !status.is_ok_and(|s| s.success()) {
+            eprintln!("putting back the SandboxClaim spec schema failed");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_queued_claim_says_at_once_that_its_pool_went() {
+    let client = require_cluster!();
+    let rig = Rig::with_args(client, "sbx-gone", &["--controllers", "sandbox"]).await;
+    let envs: Api<SandboxEnv> = Api::namespaced(rig.client.clone(), rig.ns());
+    envs.create(&PostParams::default(), &env("gn", 1, "Replace"))
+        .await
+        .expect("env");
+    idle_is(&rig, "gn-a", 1).await;
+    let claims: Api<SandboxClaim> = Api::namespaced(rig.client.clone(), rig.ns());
+    for name in ["first", "second"] {
+        claims
+            .create(&PostParams::default(), &claim(name, "gn-a", None))
+            .await
+            .expect("claim");
+    }
+    bound(&rig, "first").await;
+    rig.condition_of::<SandboxClaim>("second", "Ready", "False", "Queued")
+        .await;
+    // Its next look at its Pool is minutes away once the looks its wait asked for are over.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The Env goes, and the garbage collector takes its Pool: nothing else changes the
+    // claim.
+    envs.delete("gn", &DeleteParams::default())
+        .await
+        .expect("delete the env");
+    let c = rig
+        .condition_of::<SandboxClaim>("second", "Ready", "False", "PoolNotFound")
+        .await;
+    assert!(
+        c["message"].as_str().is_some_and(|m| m.contains("gn-a")),
+        "{c}"
+    );
+}

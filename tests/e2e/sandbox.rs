@@ -1483,3 +1483,67 @@ async fn a_queued_claim_says_at_once_that_its_pool_went() {
         "{c}"
     );
 }
+
+#[tokio::test]
+async fn a_refused_scale_down_mark_backs_off() {
+    let client = require_cluster!();
+    let rig = Rig::with_args(client.clone(), "sbx-markref", &["--controllers", "sandbox"]).await;
+    // Pods are admitted, but not once they carry a scale-down mark.
+    let marked =
+        "has(object.metadata.annotations) && 'moonin.io/scale-down' in object.metadata.annotations";
+    let pod_api: Api<Pod> = Api::namespaced(rig.client.clone(), rig.ns());
+    let probe: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "probe", "annotations": {"moonin.io/scale-down": "x"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.example/sandbox:1"}]},
+    }))
+    .expect("pod");
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let refusal = Refusal::create_where(&client, rig.ns(), "", "pods", marked, || {
+        let (pod_api, probe, dry) = (pod_api.clone(), probe.clone(), dry.clone());
+        async move { pod_api.create(&dry, &probe).await.map(|_| ()) }
+    })
+    .await;
+    let envs: Api<SandboxEnv> = Api::namespaced(rig.client.clone(), rig.ns());
+    let group = json!({
+        "minReplicas": 1, "maxReplicas": 10,
+        "scaleUpPolicy": {"cooldownSeconds": 0, "quietWindowSeconds": 60},
+        "scaleDownPolicy": {"stabilizationWindowSeconds": 2, "idleTimeoutSeconds": 3, "maxStep": 5}
+    });
+    envs.create(&PostParams::default(), &autoscaled_env("mr", 4, group))
+        .await
+        .expect("env");
+    idle_is(&rig, "mr-a", 4).await;
+    let created = sandbox_writes(&rig, "Pod");
+    wait_for("a first mark sent", Duration::from_secs(30), || async {
+        (sandbox_writes(&rig, "Pod") > created).then_some(())
+    })
+    .await;
+    // Waited out: 5 s, then 10 s (it was sent again at once, for good).
+    let before = sandbox_writes(&rig, "Pod");
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let writes = sandbox_writes(&rig, "Pod") - before;
+    assert!(writes <= 3.0, "{writes} Pod writes in 20 s");
+    let log = rig
+        .manager
+        .as_ref()
+        .map(|m| m.log_text())
+        .unwrap_or_default();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("reconcile failed") && l.contains(Refusal::MESSAGE)),
+        "the refusal is logged"
+    );
+    assert_eq!(pods(&rig).await.len(), 4);
+
+    // Lifted: the scale-down goes through.
+    refusal.lift();
+    wait_for(
+        "the Pool down to its minimum",
+        Duration::from_secs(90),
+        || async { (pods(&rig).await.len() == 1).then_some(()) },
+    )
+    .await;
+}

@@ -32,7 +32,8 @@ pub struct Resized {
 }
 
 /// Steps 1–3 of a decision; `views` follow the writes. `Ok(None)`: a mark or the size
-/// write lost a race, nothing else may be written, decide again at once.
+/// write lost a race, nothing else may be written, decide again at once; an error: one was
+/// refused.
 pub async fn resize(
     ctx: &Shared,
     pool: &SandboxPool,
@@ -43,7 +44,7 @@ pub async fn resize(
 ) -> Result<Option<Resized>, SandboxError> {
     let ns = pool.namespace().unwrap_or_default();
     let pods: Api<Pod> = ctx.writer.api(&ns);
-    if !mark(ctx, &pods, decision, views).await {
+    if !mark(ctx, &pods, decision, views).await? {
         return Ok(None);
     }
     unmark(ctx, &pods, decision, views).await;
@@ -101,9 +102,16 @@ async fn set_mark(
     Ok(p.resource_version().unwrap_or_default())
 }
 
-/// Step 1, the marks: all or none. When one is refused (the Pod changed, usually a claim
-/// won the race), the marks this decision placed are taken back. Whether all were placed.
-async fn mark(ctx: &Shared, api: &Api<Pod>, decision: &Decision, views: &mut [PodView]) -> bool {
+/// Step 1, the marks: all or none. When one is not placed, the marks this decision placed
+/// are taken back. Whether all were placed: `false` when one lost a race (the Pod changed,
+/// usually a claim won it, or went), an error when the API server refused it (an admission
+/// policy or webhook on Pods), which the reconcile's backoff waits out.
+async fn mark(
+    ctx: &Shared,
+    api: &Api<Pod>,
+    decision: &Decision,
+    views: &mut [PodView],
+) -> Result<bool, kube::Error> {
     let mut placed: Vec<&str> = Vec::new();
     for m in &decision.marks {
         let value = Some(m.mark.to_annotation());
@@ -116,13 +124,15 @@ async fn mark(ctx: &Shared, api: &Api<Pod>, decision: &Decision, views: &mut [Po
                 placed.push(&m.pod.name);
             }
             Err(e) => {
-                tracing::debug!(pod = %m.pod.name, error = %brief(&e), "mark refused; undoing this decision's marks");
+                tracing::debug!(pod = %m.pod.name, error = %brief(&e), "mark not placed; undoing this decision's marks");
                 take_back(ctx, api, &placed, views).await;
-                return false;
+                let lost_race =
+                    is_conflict(&e) || matches!(&e, kube::Error::Api(s) if s.code == 404);
+                return if lost_race { Ok(false) } else { Err(e) };
             }
         }
     }
-    true
+    Ok(true)
 }
 
 /// Removes the marks of `placed` this decision wrote. Marks whose decision no status

@@ -1488,6 +1488,8 @@ async fn a_queued_claim_says_at_once_that_its_pool_went() {
 async fn a_refused_scale_down_mark_backs_off() {
     let client = require_cluster!();
     let rig = Rig::with_args(client.clone(), "sbx-markref", &["--controllers", "sandbox"]).await;
+    // The Pod writes counted below are this test's alone.
+    no_other_pools(&rig).await;
     // Pods are admitted, but not once they carry a scale-down mark.
     let marked =
         "has(object.metadata.annotations) && 'moonin.io/scale-down' in object.metadata.annotations";
@@ -1521,11 +1523,13 @@ async fn a_refused_scale_down_mark_backs_off() {
         (sandbox_writes(&rig, "Pod") > created).then_some(())
     })
     .await;
-    // Waited out: 5 s, then 10 s (it was sent again at once, for good).
+    // Waited out: 5 s, then 10 s, so two more in 20 s (a change of the Pool or its Pods
+    // may wake the reconcile early once or twice); it was sent again at once, for good:
+    // thousands.
     let before = sandbox_writes(&rig, "Pod");
     tokio::time::sleep(Duration::from_secs(20)).await;
     let writes = sandbox_writes(&rig, "Pod") - before;
-    assert!(writes <= 3.0, "{writes} Pod writes in 20 s");
+    assert!(writes <= 6.0, "{writes} Pod writes in 20 s");
     let log = rig
         .manager
         .as_ref()
